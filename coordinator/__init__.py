@@ -1,0 +1,1 @@
+"""The saga coordinator: saga classes, the pure engine, the Postgres store and the workers."""

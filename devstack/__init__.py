@@ -1,0 +1,1 @@
+"""Local development services (Postgres, Kafka, Jaeger) for the demo, tests and benchmarks."""

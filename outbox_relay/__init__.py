@@ -1,0 +1,1 @@
+"""Transactional outbox: write messages inside your transaction; the relay publishes them."""

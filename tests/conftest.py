@@ -1,0 +1,57 @@
+"""Session fixtures that hand tests real services.
+
+Each service comes from, in order: an environment variable, testcontainers when a Docker engine
+is reachable, or the local processes that ``devstack`` starts. Under ``CI=true`` a service that
+cannot be had fails the run instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from devstack.acquire import Endpoints, acquire_services
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Endpoints]:
+    with acquire_services() as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="session")
+def pg_url(services: Endpoints) -> str:
+    """URL of a Postgres server (the ``postgres`` database) the tests may create databases on."""
+    return services.postgres_url()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(services: Endpoints) -> str:
+    return services.kafka_bootstrap()
+
+
+@pytest.fixture
+async def fresh_db(pg_url: str) -> AsyncIterator[str]:
+    """URL of a new, empty database that is dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = pg_url.rsplit("/", 1)[0] + "/" + name
+    yield url
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A topic prefix unique to the test, so tests never read each other's messages."""
+    return f"t{uuid.uuid4().hex[:10]}"
