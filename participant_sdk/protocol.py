@@ -175,3 +175,58 @@ def _decode(model: type[_Envelope], raw: bytes) -> _Envelope:
             f"this reader knows up to {PROTOCOL_VERSION}"
         )
     return envelope
+
+
+# --- Helpers added with the participant SDK (additions only; nothing above changed) ---------
+
+#: Values of :data:`HEADER_MESSAGE_KIND`.
+KIND_COMMAND: Final = "command"
+KIND_REPLY: Final = "reply"
+
+#: Namespace of reply message ids: ``uuid5(REPLY_ID_NAMESPACE, str(command.message_id))``.
+REPLY_ID_NAMESPACE: Final = uuid.UUID("6b1f1c3e-4a52-5d8e-9f0a-2c7d3e9b8a41")
+
+
+def reply_message_id(command_message_id: uuid.UUID) -> uuid.UUID:
+    """The deterministic id of the reply to a command: a re-sent reply carries the same id."""
+    return uuid.uuid5(REPLY_ID_NAMESPACE, str(command_message_id))
+
+
+def make_reply(
+    command: CommandEnvelope,
+    outcome: Outcome,
+    *,
+    result: dict[str, Any] | None = None,
+    error: ErrorInfo | None = None,
+) -> ReplyEnvelope:
+    """The reply to ``command`` (ids, saga, step, phase and attempt copied from it)."""
+    return ReplyEnvelope(
+        message_id=reply_message_id(command.message_id),
+        in_reply_to=command.message_id,
+        saga_id=command.saga_id,
+        step=command.step,
+        phase=command.phase,
+        attempt=command.attempt,
+        participant=command.participant,
+        outcome=outcome,
+        result=result,
+        error=error,
+    )
+
+
+def envelope_headers(envelope: CommandEnvelope | ReplyEnvelope) -> list[tuple[str, bytes]]:
+    """The protocol headers of a message (trace context headers are added by the sender)."""
+    kind = KIND_COMMAND if isinstance(envelope, CommandEnvelope) else KIND_REPLY
+    return [
+        (HEADER_MESSAGE_ID, str(envelope.message_id).encode()),
+        (HEADER_MESSAGE_KIND, kind.encode()),
+        (HEADER_PROTOCOL, str(envelope.protocol).encode()),
+    ]
+
+
+def header_value(headers: Any, name: str) -> str | None:
+    """The text of the first header called ``name`` in a Kafka header list, or None."""
+    for key, value in headers or ():
+        if key == name and value is not None:
+            return bytes(value).decode("utf-8", errors="replace")
+    return None

@@ -1,0 +1,1 @@
+"""Example participant services (payments, inventory, shipping), each runnable as a process."""

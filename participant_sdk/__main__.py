@@ -1,0 +1,5 @@
+import sys
+
+from participant_sdk.cli import main
+
+sys.exit(main())

@@ -1,0 +1,59 @@
+"""``python -m participant_sdk``: install the barrier tables, purge old barrier rows."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+
+import asyncpg
+
+from participant_sdk.barrier import install_barrier, purge_barrier
+from participant_sdk.dead_letters import install_dead_letters
+
+
+def _age(text: str) -> timedelta:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    unit = text[-1:].lower()
+    if unit in units:
+        return timedelta(seconds=float(text[:-1]) * units[unit])
+    return timedelta(seconds=float(text))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m participant_sdk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    dsn_help = "participant database URL (default: $SAGAFLOW_PARTICIPANT_DSN)"
+    install = sub.add_parser("install-barrier", help="create the barrier and dead-letter tables")
+    install.add_argument("--dsn", default=os.environ.get("SAGAFLOW_PARTICIPANT_DSN"), help=dsn_help)
+    purge = sub.add_parser("purge-barrier", help="delete barrier rows older than an age")
+    purge.add_argument("--dsn", default=os.environ.get("SAGAFLOW_PARTICIPANT_DSN"), help=dsn_help)
+    purge.add_argument(
+        "--older-than", type=_age, required=True, help="age such as 7d, 12h, 30m or seconds"
+    )
+    args = parser.parse_args(argv)
+    if not args.dsn:
+        parser.error("--dsn is required (or set SAGAFLOW_PARTICIPANT_DSN)")
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    conn = await asyncpg.connect(args.dsn)
+    try:
+        if args.command == "install-barrier":
+            await install_barrier(conn)
+            await install_dead_letters(conn)
+            print("barrier and dead-letter tables installed")
+        else:
+            deleted = await purge_barrier(conn, args.older_than)
+            print(f"deleted {deleted} barrier rows older than {args.older_than}")
+    finally:
+        await conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Running one command: routing, the barrier algorithm, local retries and error mapping.
+
+This module is shared by the Kafka runner and the in-memory test harness, so both answer a
+command the same way. Only the transaction differs: a :class:`CommandTransaction` is an open
+transaction with a barrier store, a savepoint, and the ``conn`` object handlers write through.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+import pydantic
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from participant_sdk.barrier import BarrierKey, BarrierReason, BarrierRecord, BarrierStore
+from participant_sdk.errors import BusinessRejection, error_kind_for, is_transient
+from participant_sdk.handlers import Handler, HandlerContext
+from participant_sdk.metrics import ParticipantMetrics
+from participant_sdk.protocol import (
+    CommandEnvelope,
+    ErrorInfo,
+    ErrorKind,
+    Outcome,
+    ReplyEnvelope,
+    make_reply,
+)
+
+log = logging.getLogger(__name__)
+
+_REFUSED = ErrorInfo(
+    kind=ErrorKind.BARRIER_REFUSED,
+    message="refused: this step was already cancelled/compensated (hanging request)",
+)
+
+
+class CommandTransaction(Protocol):
+    """An open transaction as the executor sees it."""
+
+    @property
+    def conn(self) -> Any:
+        """What handlers receive as ``ctx.conn``."""
+
+    @property
+    def barrier(self) -> BarrierStore: ...
+
+    def savepoint(self) -> AbstractAsyncContextManager[None]:
+        """A nested transaction rolled back (alone) when the block raises."""
+
+
+#: Opens a transaction: commits on a clean exit, rolls back when the block raises.
+BeginTransaction = Callable[[], AbstractAsyncContextManager[CommandTransaction]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalRetry:
+    """How transient local failures are retried before a FAILED/TRANSIENT reply."""
+
+    attempts: int = 5
+    initial: timedelta = timedelta(milliseconds=50)
+    maximum: timedelta = timedelta(seconds=2)
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """The reply to send, and why the command belongs in the dead letters (if it does)."""
+
+    reply: ReplyEnvelope
+    dead_letter_reason: str | None = None
+    committed: bool = False
+
+
+async def execute(
+    command: CommandEnvelope,
+    *,
+    participant: str,
+    handlers: dict[tuple[str, Any], Handler],
+    begin: BeginTransaction,
+    retry: LocalRetry = LocalRetry(),
+    metrics: ParticipantMetrics | None = None,
+    after_commit: Callable[[CommandEnvelope], Awaitable[None] | None] | None = None,
+) -> Execution:
+    """Answer ``command``: never raises for a handler failure, it becomes the reply."""
+    started = time.perf_counter()
+    execution = await _execute(command, participant, handlers, begin, retry, after_commit)
+    if metrics is not None:
+        metrics.observe(command, execution.reply, time.perf_counter() - started)
+    return execution
+
+
+async def _execute(
+    command: CommandEnvelope,
+    participant: str,
+    handlers: dict[tuple[str, Any], Handler],
+    begin: BeginTransaction,
+    retry: LocalRetry,
+    after_commit: Callable[[CommandEnvelope], Awaitable[None] | None] | None,
+) -> Execution:
+    handler = handlers.get((command.action, command.phase))
+    if command.participant != participant or handler is None:
+        reason = (
+            f"participant {participant!r} has no handler for action {command.action!r} "
+            f"phase {command.phase.value!r} (command addressed to {command.participant!r})"
+        )
+        return _bad_command(command, reason)
+    try:
+        body = handler.parse(command.payload)
+    except pydantic.ValidationError as exc:
+        return _bad_command(command, f"invalid payload for {command.action!r}: {exc}")
+
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(retry.attempts),
+            wait=wait_exponential_jitter(
+                multiplier=retry.initial.total_seconds(),
+                max=retry.maximum.total_seconds(),
+                jitter=retry.initial.total_seconds(),
+            ),
+            reraise=True,
+        ):
+            with attempt:
+                async with begin() as tx:
+                    reply = await run_in_transaction(tx, handler, command, body)
+    except Exception as exc:
+        kind = error_kind_for(exc)
+        log.log(
+            logging.WARNING if kind is ErrorKind.TRANSIENT else logging.ERROR,
+            "command %s (saga %s step %s %s attempt %d) failed: %s",
+            command.message_id,
+            command.saga_id,
+            command.step,
+            command.phase.value,
+            command.attempt,
+            kind.value,
+            exc_info=exc,
+        )
+        error = ErrorInfo(kind=kind, message=str(exc)[:8192] or repr(exc), type=type(exc).__name__)
+        return Execution(make_reply(command, Outcome.FAILED, error=error))
+    if after_commit is not None:
+        maybe = after_commit(command)
+        if maybe is not None:
+            await maybe
+    return Execution(reply, committed=True)
+
+
+def _bad_command(command: CommandEnvelope, reason: str) -> Execution:
+    log.error("bad command %s: %s", command.message_id, reason)
+    error = ErrorInfo(kind=ErrorKind.BAD_COMMAND, message=reason[:8192])
+    return Execution(make_reply(command, Outcome.REJECTED, error=error), dead_letter_reason=reason)
+
+
+async def run_in_transaction(
+    tx: CommandTransaction, handler: Handler, command: CommandEnvelope, body: Any
+) -> ReplyEnvelope:
+    """The barrier algorithm, inside one open transaction.
+
+    Rollback phases first insert a ``blocked`` marker for their forward phase: if it goes in,
+    the try/action never ran (null compensation), and the marker refuses it if it comes late.
+    Then every phase inserts its own row; a conflict means a duplicate, answered from the row.
+    Insert-before-read makes concurrent try and cancel serialise on the unique key.
+    """
+    key = BarrierKey(command.saga_id, command.step, command.phase)
+    null_compensation = False
+    if command.phase.is_rollback:
+        marker = BarrierRecord(
+            BarrierReason.BLOCKED, Outcome.REJECTED, error=_REFUSED, message_id=command.message_id
+        )
+        if await tx.barrier.insert(key.origin(), marker):
+            null_compensation = True
+        else:
+            origin = await tx.barrier.get(key.origin())
+            null_compensation = origin is None or origin.outcome is not Outcome.OK
+
+    pending = BarrierRecord(BarrierReason.HANDLED, None, message_id=command.message_id)
+    if not await tx.barrier.insert(key, pending):
+        stored = await tx.barrier.get(key)
+        if stored is None or stored.outcome is None:  # pragma: no cover - impossible once committed
+            raise RuntimeError(f"barrier row {key} vanished or is unsettled")
+        log.info("duplicate command %s for %s: replaying stored reply", command.message_id, key)
+        return make_reply(command, stored.outcome, result=stored.result, error=stored.error)
+
+    if null_compensation:
+        record = BarrierRecord(
+            BarrierReason.NULL_COMPENSATION, Outcome.OK, message_id=command.message_id
+        )
+    else:
+        ctx = HandlerContext(command=command, conn=tx.conn)
+        try:
+            async with tx.savepoint():
+                result = await handler.run(ctx, body)
+        except BusinessRejection as exc:
+            error = ErrorInfo(kind=ErrorKind.BUSINESS, message=exc.message[:8192],
+                              type=type(exc).__name__)
+            record = BarrierRecord(
+                BarrierReason.HANDLED, Outcome.REJECTED, result=exc.details, error=error,
+                message_id=command.message_id,
+            )
+        else:
+            record = BarrierRecord(
+                BarrierReason.HANDLED, Outcome.OK, result=result, message_id=command.message_id
+            )
+    await tx.barrier.settle(key, record)
+    return make_reply(command, record.outcome or Outcome.OK, result=record.result,
+                      error=record.error)

@@ -1,0 +1,409 @@
+"""The participant loop: Kafka commands in, barrier-protected handlers, Kafka replies out.
+
+One consumer group per participant reads ``command_topic(name, prefix)``. Each message goes to
+one of N lanes chosen by its key (the saga id), so sagas run in parallel while the commands of
+one saga run in order. A message is finished once its reply was acknowledged by Kafka (or it was
+kept as a dead letter); only then can its offset be committed (see :mod:`.offsets`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
+
+from participant_sdk.barrier import PgBarrierStore, install_barrier
+from participant_sdk.dead_letters import DeadLetter, install_dead_letters, record_dead_letter
+from participant_sdk.executor import CommandTransaction, LocalRetry, execute
+from participant_sdk.handlers import Handler, Participant
+from participant_sdk.metrics import ParticipantMetrics
+from participant_sdk.offsets import OffsetTracker
+from participant_sdk.protocol import (
+    CommandEnvelope,
+    ProtocolError,
+    ReplyEnvelope,
+    command_topic,
+    decode_command,
+    encode,
+    envelope_headers,
+)
+from participant_sdk.settings import ParticipantSettings
+from participant_sdk.tracing import consumer_span, inject_headers, record_reply
+
+log = logging.getLogger(__name__)
+
+
+class PgCommandTransaction:
+    """A :class:`~participant_sdk.executor.CommandTransaction` on an asyncpg connection."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._barrier = PgBarrierStore(conn)
+
+    @property
+    def conn(self) -> Any:
+        return self._conn
+
+    @property
+    def barrier(self) -> PgBarrierStore:
+        return self._barrier
+
+    def savepoint(self) -> contextlib.AbstractAsyncContextManager[None]:
+        tx: contextlib.AbstractAsyncContextManager[None] = self._conn.transaction()
+        return tx
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, runner: ParticipantRunner) -> None:
+        self._runner = runner
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._runner._on_revoked(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        log.info("participant %s assigned %s", self._runner.name, sorted(map(str, assigned)))
+
+
+class ParticipantRunner:
+    """Runs a :class:`Participant` against Kafka and its Postgres database.
+
+    ``start()`` / ``stop()`` or ``async with``; ``run()`` serves until SIGTERM/SIGINT or
+    :meth:`request_stop`, then drains in-flight commands (within ``drain_timeout``), commits
+    finished offsets and closes everything.
+    """
+
+    def __init__(
+        self,
+        participant: Participant,
+        settings: ParticipantSettings,
+        *,
+        metrics: ParticipantMetrics | None = None,
+    ) -> None:
+        self.participant = participant
+        self.settings = settings
+        self.name = participant.name
+        self.metrics = metrics
+        self.handlers: dict[tuple[str, Any], Handler] = participant.validate()
+        self.topic = command_topic(self.name, settings.topic_prefix)
+        self.group_id = settings.group_id or self.name
+        self._retry = LocalRetry(
+            attempts=settings.retry_attempts,
+            initial=settings.retry_initial,
+            maximum=settings.retry_max,
+        )
+        self._tracker: OffsetTracker[Any] = OffsetTracker()
+        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._lanes: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in range(settings.lanes)]
+        self._tasks: list[asyncio.Task[None]] = []
+        self._fetcher: asyncio.Task[None] | None = None
+        self._stop_requested = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._started = False
+        self._stopped = False
+        self._pool: Any = None
+        self._consumer: Any = None
+        self._producer: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            raise RuntimeError("ParticipantRunner.start() called twice")
+        self._started = True
+        s = self.settings
+        self._pool = await asyncpg.create_pool(s.dsn, min_size=1, max_size=s.pool_size)
+        if s.install_schema:
+            async with self._pool.acquire() as conn:
+                await install_barrier(conn)
+                await install_dead_letters(conn)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=s.kafka_bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            client_id=f"sagaflow-participant-{self.name}",
+        )
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            client_id=f"sagaflow-participant-{self.name}",
+            max_poll_records=s.max_in_flight,
+        )
+        self._consumer.subscribe([self.topic], listener=_Listener(self))
+        await self._consumer.start()
+        if s.metrics_port is not None and self.metrics is not None:
+            self.metrics.serve(s.metrics_port)
+        self._tasks = [
+            asyncio.create_task(self._lane(i, q), name=f"{self.name}-lane-{i}")
+            for i, q in enumerate(self._lanes)
+        ]
+        self._tasks.append(asyncio.create_task(self._commit_loop(), name=f"{self.name}-commit"))
+        self._fetcher = asyncio.create_task(self._fetch_loop(), name=f"{self.name}-fetch")
+        log.info("participant %s consuming %s as group %s", self.name, self.topic, self.group_id)
+
+    async def stop(self) -> None:
+        """Stop fetching, drain in-flight commands within the bound, commit, close. Idempotent."""
+        if self._stopped or not self._started:
+            self._stopped = True
+            return
+        self._stopped = True
+        self._stop_requested.set()
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+            await asyncio.gather(self._fetcher, return_exceptions=True)
+        drained = await self._wait_drained(self.settings.drain_timeout)
+        if not drained:
+            log.warning(
+                "participant %s: %d commands still in flight after %s; their offsets stay "
+                "uncommitted and they will be redelivered",
+                self.name,
+                self._tracker.in_flight(),
+                self.settings.drain_timeout,
+            )
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self._commit()
+        for closer in (self._consumer, self._producer):
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer.stop()
+        if self._pool is not None:
+            await self._pool.close()
+        log.info("participant %s stopped", self.name)
+
+    async def __aenter__(self) -> ParticipantRunner:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to shut down gracefully (safe from a signal handler)."""
+        self._stop_requested.set()
+
+    async def run(self) -> None:
+        """Serve until SIGTERM/SIGINT or :meth:`request_stop`; re-raise if a loop task died."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        try:
+            stop_wait = asyncio.create_task(self._stop_requested.wait())
+            watched = [*self._tasks, stop_wait]
+            if self._fetcher is not None:
+                watched.append(self._fetcher)
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+            failed = [t for t in done if t is not stop_wait and not t.cancelled() and t.exception()]
+        finally:
+            await self.stop()
+        if failed:
+            log.error("participant %s: loop task %s died", self.name, failed[0].get_name())
+            exc = failed[0].exception()
+            assert exc is not None
+            raise exc
+
+    # -- loops ----------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        while not self._stop_requested.is_set():
+            batches = await self._consumer.getmany(timeout_ms=200)
+            for tp, messages in batches.items():
+                for msg in messages:
+                    await self._slots.acquire()
+                    self._tracker.started(tp, msg.offset)
+                    lane = zlib.crc32(msg.key or b"") % len(self._lanes)
+                    self._lanes[lane].put_nowait((tp, msg))
+
+    async def _lane(self, index: int, queue: asyncio.Queue[Any]) -> None:
+        while True:
+            tp, msg = await queue.get()
+            try:
+                await self._process(tp, msg)
+                self._tracker.finished(tp, msg.offset)
+            finally:
+                self._slots.release()
+                self._progress.set()
+
+    async def _commit_loop(self) -> None:
+        interval = self.settings.commit_interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._commit()
+            except KafkaError as exc:
+                log.warning("participant %s: offset commit failed (%s); will retry", self.name, exc)
+
+    async def _commit(self, partitions: list[Any] | None = None) -> None:
+        offsets = self._tracker.committable()
+        if partitions is not None:
+            offsets = {tp: o for tp, o in offsets.items() if tp in partitions}
+        if offsets:
+            await self._consumer.commit(offsets)
+            self._tracker.mark_committed(offsets)
+
+    async def _on_revoked(self, revoked: list[Any]) -> None:
+        async def drained() -> None:
+            while any(self._tracker.in_flight(tp) for tp in revoked):
+                self._progress.clear()
+                await self._progress.wait()
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(drained(), self.settings.drain_timeout.total_seconds())
+        try:
+            await self._commit(revoked)
+        except KafkaError as exc:
+            log.warning("participant %s: commit on revoke failed: %s", self.name, exc)
+        self._tracker.forget(revoked)
+
+    async def _wait_drained(self, bound: timedelta) -> bool:
+        async def drained() -> None:
+            while self._tracker.in_flight():
+                self._progress.clear()
+                await self._progress.wait()
+
+        try:
+            await asyncio.wait_for(drained(), bound.total_seconds())
+        except TimeoutError:
+            return False
+        return True
+
+    # -- one message ----------------------------------------------------------------------
+
+    async def _process(self, tp: Any, msg: Any) -> None:
+        try:
+            if msg.value is None:
+                raise ProtocolError("empty message (no value)")
+            command = decode_command(msg.value)
+        except ProtocolError as exc:
+            log.error("participant %s: dead letter at %s@%d: %s", self.name, tp, msg.offset, exc)
+            await self._dead_letter(msg, str(exc))
+            return
+        with consumer_span(
+            command,
+            msg.headers,
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            group=self.group_id,
+        ) as span:
+            execution = await execute(
+                command,
+                participant=self.name,
+                handlers=self.handlers,
+                begin=self._begin,
+                retry=self._retry,
+                metrics=self.metrics,
+                after_commit=self._crash_hook,
+            )
+            if execution.dead_letter_reason is not None:
+                await self._dead_letter(msg, execution.dead_letter_reason)
+            record_reply(span, execution.reply)
+            headers = envelope_headers(execution.reply) + inject_headers()
+        await self._send_reply(command, execution.reply, headers)
+
+    @contextlib.asynccontextmanager
+    async def _begin(self) -> AsyncIterator[CommandTransaction]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield PgCommandTransaction(conn)
+
+    async def _send_reply(
+        self, command: CommandEnvelope, reply: ReplyEnvelope, headers: list[tuple[str, bytes]]
+    ) -> None:
+        async def send() -> None:
+            await self._producer.send_and_wait(
+                command.reply_to, encode(reply), key=str(reply.saga_id).encode(), headers=headers
+            )
+
+        await _persist(send, f"reply to {command.message_id}")
+
+    async def _dead_letter(self, msg: Any, reason: str) -> None:
+        letter = DeadLetter(
+            source=f"participant:{self.name}",
+            reason=reason[:8192],
+            payload=msg.value,
+            key=msg.key,
+            headers=[(k, bytes(v)) for k, v in msg.headers or () if v is not None],
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+        )
+
+        async def write() -> None:
+            async with self._pool.acquire() as conn:
+                await record_dead_letter(conn, letter)
+
+        await _persist(write, f"dead letter {msg.topic}@{msg.partition}:{msg.offset}")
+        if self.metrics is not None:
+            self.metrics.dead_letters.labels(self.name).inc()
+
+    async def _crash_hook(self, command: CommandEnvelope) -> None:
+        flag = self.settings.crash_after_commit_flag
+        if flag is None or flag.exists():
+            return
+        flag.write_text(str(command.message_id))
+        log.critical("TEST HOOK: killing participant %s after commit", self.name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _persist(op: Callable[[], Awaitable[None]], what: str) -> None:
+    """Run ``op`` until it succeeds, backing off; only cancellation ends it otherwise."""
+    delay = 0.05
+    while True:
+        try:
+            await op()
+            return
+        except (KafkaError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def run_participant(
+    participant: Participant,
+    settings: ParticipantSettings | None = None,
+    *,
+    metrics: ParticipantMetrics | None = None,
+    setup: Callable[[Any], Awaitable[None]] | None = None,
+) -> None:
+    """Entry point of a participant process: settings from the environment, logs to stderr.
+
+    ``setup(conn)`` runs once at start on a plain connection, e.g. to create business tables.
+    """
+    logging.basicConfig(
+        level=os.environ.get("SAGAFLOW_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    resolved = settings if settings is not None else ParticipantSettings()
+
+    async def main() -> None:
+        if setup is not None:
+            conn = await asyncpg.connect(resolved.dsn)
+            try:
+                await setup(conn)
+            finally:
+                await conn.close()
+        runner = ParticipantRunner(participant, resolved, metrics=metrics or ParticipantMetrics())
+        await runner.run()
+
+    asyncio.run(main())

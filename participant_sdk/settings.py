@@ -1,0 +1,73 @@
+"""Settings of a participant process, from ``SAGAFLOW_PARTICIPANT_*`` environment variables."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+
+
+class ParticipantSettings(BaseSettings):
+    """How a participant connects and how much it does at once."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGAFLOW_PARTICIPANT_", frozen=True)
+
+    #: The participant's own Postgres database (business tables, barrier, dead letters).
+    dsn: str = Field(
+        validation_alias=AliasChoices("SAGAFLOW_PARTICIPANT_DSN", "dsn"),
+    )
+    #: Kafka bootstrap servers, comma separated.
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:9092",
+        validation_alias=AliasChoices(
+            "SAGAFLOW_PARTICIPANT_KAFKA_BOOTSTRAP", "SAGAFLOW_KAFKA_BOOTSTRAP", "kafka_bootstrap"
+        ),
+    )
+    #: Prefix of topic names (see ``protocol.command_topic``).
+    topic_prefix: str = Field(
+        default=DEFAULT_TOPIC_PREFIX,
+        validation_alias=AliasChoices(
+            "SAGAFLOW_PARTICIPANT_TOPIC_PREFIX", "SAGAFLOW_TOPIC_PREFIX", "topic_prefix"
+        ),
+    )
+    #: Consumer group; defaults to the participant's name.
+    group_id: str | None = None
+    #: Parallel lanes; commands of one saga always use the same lane, in order.
+    lanes: int = Field(default=16, ge=1, le=1024)
+    #: Commands fetched but not finished, across lanes, before fetching pauses.
+    max_in_flight: int = Field(default=256, ge=1)
+    #: Database pool size (one connection per busy lane is enough).
+    pool_size: int = Field(default=10, ge=1)
+    #: How long shutdown waits for in-flight commands before giving up on them.
+    drain_timeout: timedelta = timedelta(seconds=10)
+    #: How often finished offsets are committed.
+    commit_interval: timedelta = timedelta(milliseconds=200)
+    #: Local retries of transient failures (connection loss, 40001, 40P01) per command.
+    retry_attempts: int = Field(default=5, ge=1)
+    retry_initial: timedelta = timedelta(milliseconds=50)
+    retry_max: timedelta = timedelta(seconds=2)
+    #: Create the barrier and dead-letter tables at start if absent.
+    install_schema: bool = True
+    #: Serve Prometheus ``/metrics`` on this port when set.
+    metrics_port: int | None = None
+    #: TEST ONLY: when set and the file does not exist, the process creates it and kills
+    #: itself with SIGKILL right after the first committed command, before replying.
+    crash_after_commit_flag: Path | None = None
+
+    @field_validator(
+        "drain_timeout", "commit_interval", "retry_initial", "retry_max", mode="before"
+    )
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        """Accept plain seconds (``"5"``, ``"0.2"``) from the environment, and ISO 8601."""
+        if isinstance(value, str):
+            try:
+                return timedelta(seconds=float(value))
+            except ValueError:
+                return value
+        return value

@@ -1,0 +1,98 @@
+"""The barrier on real Postgres: races between try and cancel, purge, and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from participant_sdk import BARRIER_TABLE, Outcome, Phase, install_barrier, purge_barrier
+from participant_sdk.executor import LocalRetry, execute
+from participant_sdk.runner import PgCommandTransaction
+from participant_sdk.testing import ParticipantHarness
+from tests.integration.test_participant_behaviour import PgSink, Wallet
+
+pytestmark = pytest.mark.integration
+
+
+async def _setup(dsn: str) -> Any:
+    pool = await asyncpg.create_pool(dsn, min_size=2, max_size=20)
+    async with pool.acquire() as conn:
+        await install_barrier(conn)
+        await install_barrier(conn)  # idempotent
+        await conn.execute(
+            "CREATE TABLE effects (id bigserial PRIMARY KEY, saga_id uuid, step text,"
+            " kind text, amount int)"
+        )
+    return pool
+
+
+async def test_concurrent_try_and_cancel_collapse_to_a_legal_outcome(fresh_db: str) -> None:
+    pool = await _setup(fresh_db)
+    wallet = Wallet(PgSink())
+    handlers = wallet.validate()
+    builder = ParticipantHarness(wallet)
+
+    @contextlib.asynccontextmanager
+    async def begin() -> AsyncIterator[PgCommandTransaction]:
+        async with pool.acquire() as conn, conn.transaction():
+            yield PgCommandTransaction(conn)
+
+    outcomes = []
+    for _ in range(40):
+        saga = uuid.uuid4()
+        try_cmd = builder.command("hold", Phase.TRY, {"amount": 5}, saga_id=saga, step="s")
+        cancel_cmd = builder.command("hold", Phase.CANCEL, {"amount": 5}, saga_id=saga, step="s")
+        tried, cancelled = await asyncio.gather(
+            *(execute(c, participant="wallet", handlers=handlers, begin=begin,
+                      retry=LocalRetry(initial=timedelta(0)))
+              for c in (try_cmd, cancel_cmd))
+        )
+        assert cancelled.reply.outcome is Outcome.OK
+        effects = [r["kind"] for r in await pool.fetch(
+            "SELECT kind FROM effects WHERE saga_id = $1 ORDER BY id", saga)]
+        if tried.reply.outcome is Outcome.OK:  # try won the race: cancel undid it
+            assert effects == ["held", "released"]
+        else:  # cancel won: null compensation, try refused, nothing held
+            assert tried.reply.error is not None
+            assert tried.reply.error.kind.value == "barrier_refused"
+            assert effects == []
+        outcomes.append(tried.reply.outcome)
+    await pool.close()
+    print(f"\ntry won {outcomes.count(Outcome.OK)} of {len(outcomes)} races")
+
+
+async def _cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "participant_sdk", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_purge_and_cli(fresh_db: str) -> None:
+    code, _, err = await _cli("install-barrier", "--dsn", fresh_db)
+    assert code == 0, err
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        for age in (timedelta(days=30), timedelta(hours=1)):
+            await conn.execute(
+                f"INSERT INTO {BARRIER_TABLE} (saga_id, step, phase, reason, outcome, created_at)"
+                " VALUES ($1, 's', 'try', 'handled', 'ok', now() - $2::interval)",
+                uuid.uuid4(), age,
+            )
+        assert await purge_barrier(conn, timedelta(days=7)) == 1
+        code, out, err = await _cli("purge-barrier", "--dsn", fresh_db, "--older-than", "30m")
+        assert code == 0, err
+        assert "deleted 1" in out
+        assert await conn.fetchval(f"SELECT count(*) FROM {BARRIER_TABLE}") == 0
+    finally:
+        await conn.close()
