@@ -1,0 +1,119 @@
+"""``advance`` and ``replay``: the pure core's entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from coordinator.engine.compiled import CompiledSaga
+from coordinator.engine.decision import (
+    Decision,
+    HistoryEntry,
+    InvalidInput,
+    InvalidTransition,
+)
+from coordinator.engine.driver import drive
+from coordinator.engine.events import (
+    Event,
+    ReplyReceived,
+    SagaStarted,
+    TimerFired,
+)
+from coordinator.engine.repair import on_repair
+from coordinator.engine.replies import on_reply, on_timer
+from coordinator.engine.state import SagaState, Status, StepState
+from coordinator.engine.work import Work, message_id, timer_id
+
+__all__ = ["advance", "message_id", "replay", "timer_id"]
+
+
+def advance(
+    definition: CompiledSaga, state: SagaState | None, event: Event, now: datetime
+) -> Decision:
+    """Apply one event to a saga. Pure: same arguments, same decision.
+
+    Raises :class:`InvalidTransition` when the event is not legal here (nothing is to be
+    stored then) and :class:`InvalidInput` when a start's input does not validate.
+    An event that changes nothing (duplicate or stale) yields a decision with ``ignored`` set,
+    the state unchanged and one history entry saying why.
+    """
+    if isinstance(event, SagaStarted):
+        if state is not None:
+            return _ignored(state, event, now, f"saga {state.saga_id} already started")
+        work = Work(definition, _initial(definition, event, now), now)
+        work.note(f"started {definition.name} v{definition.version}")
+        drive(work)
+        return _decision(work, event)
+    if state is None:
+        raise InvalidTransition(f"no saga to apply {event.type} to: it was never started")
+    if (state.saga_type, state.version) != (definition.name, definition.version):
+        raise InvalidTransition(
+            f"saga {state.saga_id} is {state.saga_type} v{state.version}, but the definition "
+            f"given is {definition.name} v{definition.version}")
+    work = Work(definition, state, now)
+    ignored: str | None = None
+    if isinstance(event, ReplyReceived):
+        ignored = on_reply(work, event) if not state.status.is_terminal else "saga finished"
+    elif isinstance(event, TimerFired):
+        ignored = on_timer(work, event) if not state.status.is_terminal else "saga finished"
+    else:
+        on_repair(work, event)
+    if ignored is not None:
+        return _ignored(state, event, now, ignored)
+    return _decision(work, event)
+
+
+def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]]) -> SagaState:
+    """Rebuild a saga's state by folding :func:`advance` over its stored history."""
+    state: SagaState | None = None
+    for event, at in history:
+        state = advance(definition, state, event, at).state
+    if state is None:
+        raise InvalidTransition("empty history: nothing to replay")
+    return state
+
+
+def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> SagaState:
+    if (event.saga_type, event.version) != (definition.name, definition.version):
+        raise InvalidTransition(
+            f"start asks for {event.saga_type} v{event.version}, but the definition given is "
+            f"{definition.name} v{definition.version}")
+    try:
+        model = definition.input_model.model_validate(event.input)
+    except ValidationError as exc:
+        raise InvalidInput(f"invalid input for {definition.name} v{definition.version}: "
+                           f"{exc}") from exc
+    steps = {s.name: StepState(key=s.name, node=s.name) for s in definition.steps}
+    return SagaState(
+        saga_id=event.saga_id,
+        saga_type=definition.name,
+        version=definition.version,
+        status=Status.RUNNING,
+        input=model.model_dump(mode="json"),
+        steps=steps,
+        trace_context=dict(event.trace_context),
+        started_at=now,
+        updated_at=now,
+    )
+
+
+def _decision(work: Work, event: Event) -> Decision:
+    work.update(updated_at=work.now, events_applied=work.state.events_applied + 1)
+    note = "; ".join(work.notes) or "applied"
+    return Decision(
+        state=work.state,
+        history=[HistoryEntry(event=event, at=work.now, note=note)],
+        commands=work.commands,
+        timers=work.timers,
+        cancel_timers=work.cancel_timers,
+    )
+
+
+def _ignored(state: SagaState, event: Event, now: datetime, why: str) -> Decision:
+    return Decision(
+        state=state,
+        history=[HistoryEntry(event=event, at=now, note=f"ignored: {why}")],
+        ignored=why,
+    )

@@ -1,0 +1,103 @@
+"""What the core hands back: the new state and the effects the store must commit with it.
+
+Exceptions of the engine::
+
+    EngineError
+     ├── InvalidTransition   an event (usually an operator verb) is not legal in this state
+     └── InvalidInput        a start event's input does not validate against the input model
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coordinator.engine.events import Event, TimerKind, event_from_json
+from coordinator.engine.state import SagaState
+from participant_sdk.protocol import CommandEnvelope, Phase
+
+__all__ = [
+    "Decision",
+    "EngineError",
+    "HistoryEntry",
+    "InvalidInput",
+    "InvalidTransition",
+    "OutgoingCommand",
+    "TimerRequest",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class EngineError(Exception):
+    """Root of the engine's exceptions."""
+
+
+class InvalidTransition(EngineError):
+    """The event is not legal in the saga's current state; the message says why (HTTP 409)."""
+
+
+class InvalidInput(EngineError):
+    """A saga's input does not validate against its definition's input model (HTTP 422)."""
+
+
+class OutgoingCommand(BaseModel):
+    """A command to put in the outbox, keyed by the saga id, for ``topic``."""
+
+    model_config = _FROZEN
+
+    topic: str
+    envelope: CommandEnvelope
+
+
+class TimerRequest(BaseModel):
+    """A durable timer to insert; when due, feed ``TimerFired`` with these fields back."""
+
+    model_config = _FROZEN
+
+    #: Deterministic: ``{saga_id}:{step}:{phase}:{attempt}:{kind}``. Safe as a primary key.
+    timer_id: str
+    due_at: datetime
+    step: str
+    phase: Phase
+    attempt: int
+    kind: TimerKind
+
+
+class HistoryEntry(BaseModel):
+    """One history row: the event, when it was applied, and what it did."""
+
+    model_config = _FROZEN
+
+    event: Event
+    at: datetime
+    #: Short outcome, e.g. ``"reserve_funds: try ok"`` or ``"ignored: stale attempt 1"``.
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.event.to_json(), "at": self.at.isoformat(), "note": self.note}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
+        return cls(
+            event=event_from_json(data["event"]),
+            at=datetime.fromisoformat(data["at"]),
+            note=data["note"],
+        )
+
+
+class Decision(BaseModel):
+    """The outcome of applying one event. Commit all of it in one transaction, or none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    state: SagaState
+    history: list[HistoryEntry] = Field(default_factory=list)
+    commands: list[OutgoingCommand] = Field(default_factory=list)
+    timers: list[TimerRequest] = Field(default_factory=list)
+    #: Timer ids to delete (their saga moved on); deleting a missing one is fine.
+    cancel_timers: list[str] = Field(default_factory=list)
+    #: Why the event changed nothing (duplicate or stale reply, stale timer), else ``None``.
+    ignored: str | None = None

@@ -1,0 +1,111 @@
+"""What can happen to a saga: the events the core folds into its state.
+
+Each event serialises with ``to_json()`` (a dict with a ``type`` field) and comes back with
+:func:`event_from_json`. The store persists exactly these dicts in the saga's history.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from participant_sdk.protocol import Phase, ReplyEnvelope
+
+__all__ = [
+    "Event",
+    "OperatorRepair",
+    "RepairVerb",
+    "ReplyReceived",
+    "SagaStarted",
+    "TimerFired",
+    "TimerKind",
+    "event_from_json",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimerKind(StrEnum):
+    """Why a durable timer exists."""
+
+    #: A reply did not come in time: the attempt counts as a retryable failure.
+    DEADLINE = "deadline"
+    #: A backoff ended: send the next attempt.
+    RETRY = "retry"
+
+
+class RepairVerb(StrEnum):
+    """What an operator can do to a saga."""
+
+    RETRY = "retry"
+    SKIP = "skip"
+    COMPENSATE = "compensate"
+    CANCEL = "cancel"
+    RESOLVE = "resolve"
+
+
+class _EventBase(BaseModel):
+    model_config = _FROZEN
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class SagaStarted(_EventBase):
+    """A client asked for a new saga."""
+
+    type: Literal["saga_started"] = "saga_started"
+    saga_id: UUID
+    saga_type: str
+    version: int
+    input: dict[str, Any]
+    trace_context: dict[str, str] = Field(default_factory=dict)
+
+
+class ReplyReceived(_EventBase):
+    """A participant answered a command."""
+
+    type: Literal["reply_received"] = "reply_received"
+    reply: ReplyEnvelope
+
+
+class TimerFired(_EventBase):
+    """A durable timer the core asked for came due."""
+
+    type: Literal["timer_fired"] = "timer_fired"
+    timer_id: str
+    step: str
+    phase: Phase
+    attempt: int
+    kind: TimerKind
+
+
+class OperatorRepair(_EventBase):
+    """An operator acted on a saga through the API, CLI or UI."""
+
+    type: Literal["operator_repair"] = "operator_repair"
+    verb: RepairVerb
+    actor: str
+    reason: str
+    #: The step the verb is about; default: the step that is stuck or failed.
+    step: str | None = None
+    #: ``retry``: replaces the payload of the re-driven command.
+    #: ``resolve``: ``{"status": "completed" | "compensated"}`` picks the final status.
+    payload: dict[str, Any] | None = None
+    #: ``skip``: the result recorded for the skipped step.
+    result: dict[str, Any] | None = None
+
+
+Event = Annotated[
+    SagaStarted | ReplyReceived | TimerFired | OperatorRepair, Field(discriminator="type")
+]
+
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def event_from_json(data: dict[str, Any]) -> Event:
+    """Rebuild an event from :meth:`to_json` output (raises ``pydantic.ValidationError``)."""
+    return _EVENT_ADAPTER.validate_python(data)

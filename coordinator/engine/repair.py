@@ -1,0 +1,185 @@
+"""Operator repairs: retry, skip, compensate, cancel and resolve.
+
+Each verb checks that it is legal where the saga stands and raises
+:class:`~coordinator.engine.decision.InvalidTransition` with the reason when it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.engine.decision import InvalidTransition
+from coordinator.engine.driver import drive, send_finish, start_rollback, succeed
+from coordinator.engine.events import OperatorRepair, RepairVerb
+from coordinator.engine.state import Stage, Status, StepPhase
+from coordinator.engine.work import ACTIVE_PHASE, Work
+from participant_sdk.protocol import Phase
+
+__all__ = ["on_repair"]
+
+_PHASE_OF = {v: k for k, v in ACTIVE_PHASE.items()}
+_ROLLED_BACK = frozenset({StepPhase.CANCELLED, StepPhase.COMPENSATED, StepPhase.RESOLVED})
+
+
+def on_repair(w: Work, event: OperatorRepair) -> None:
+    status = w.state.status
+    if status.is_terminal:
+        raise InvalidTransition(f"saga is {status.value}: no repair applies to a finished saga")
+    if event.step is not None and event.step not in w.state.steps:
+        known = ", ".join(w.state.steps)
+        raise InvalidTransition(f"unknown step {event.step!r} (steps: {known})")
+    _VERBS[event.verb](w, event)
+    w.note(f"operator {event.verb.value} by {event.actor}: {event.reason}")
+    drive(w)
+
+
+def _dead_step(w: Work, event: OperatorRepair) -> str:
+    dead = w.state.dead_step
+    assert dead is not None
+    if event.step is not None and event.step != dead:
+        raise InvalidTransition(f"saga is dead at step {dead!r}, not at {event.step!r}")
+    return dead
+
+
+def _current_step(w: Work, event: OperatorRepair) -> str:
+    """The step the running saga is working on (the only one, in v1)."""
+    state = w.state
+    if state.stage is Stage.ROLLBACK:
+        current = next((k for k in state.rollback_plan
+                        if w.step(k).phase not in _ROLLED_BACK), None)
+    else:
+        current = next((k for k, s in w.ordered() if s.phase.is_active), None)
+    if current is None:
+        raise InvalidTransition("no step is in progress")
+    if event.step is not None and event.step != current:
+        raise InvalidTransition(f"step {event.step!r} is not in progress; {current!r} is")
+    return current
+
+
+def _redrive(w: Work, key: str, phase: Phase, payload: dict[str, Any] | None) -> None:
+    """Send ``phase`` of ``key`` again now, with a fresh retry budget."""
+    step = w.step(key)
+    w.abandon(key)
+    changes: dict[str, Any] = {"budget_from": {**step.budget_from,
+                                               phase: step.attempt(phase) + 1}}
+    if payload is not None:
+        changes["payload" if phase.is_forward else "payload_override"] = payload
+    w.update_step(key, **changes)
+    if phase.is_forward:
+        w.send(key, phase, dict(w.step(key).payload or {}))
+    else:
+        send_finish(w, key, phase)
+
+
+def _retry(w: Work, event: OperatorRepair) -> None:
+    state = w.state
+    if state.status is not Status.DEAD:
+        key = _current_step(w, event)
+        step = w.step(key)
+        if step.outstanding is not None:
+            raise InvalidTransition(
+                f"{key}: {step.outstanding.phase.value} attempt {step.outstanding.attempt} is "
+                "in flight; wait for its reply or its deadline")
+        _redrive(w, key, _PHASE_OF[step.phase], event.payload)
+        return
+    key = _dead_step(w, event)
+    spec, step = w.spec(key), w.step(key)
+    if state.stage is Stage.CONFIRM:
+        w.update(status=Status.RUNNING, dead_step=None)
+        _redrive(w, key, Phase.CONFIRM, event.payload)
+    elif spec.reversible:
+        w.update(status=Status.COMPENSATING, dead_step=None)
+        _redrive(w, key, spec.rollback_phase, event.payload)
+    elif (step.phase is StepPhase.FAILED and state.rollback_plan[:1] == [key]
+          and state.rollback_outcome is Status.COMPENSATED):
+        # Its effect is unknown and nothing was rolled back yet: drive it forward again.
+        w.update(status=Status.RUNNING, stage=Stage.FORWARD, dead_step=None, reason=None,
+                 rollback_plan=[], rollback_outcome=None)
+        _redrive(w, key, spec.forward_phase, event.payload)
+    else:
+        raise InvalidTransition(
+            f"{key} declares no compensation and cannot be re-driven: use skip (undone by "
+            "hand), compensate (leave it as is) or resolve")
+
+
+def _skip(w: Work, event: OperatorRepair) -> None:
+    state = w.state
+    if state.status is Status.DEAD:
+        key = _dead_step(w, event)
+        w.update(dead_step=None,
+                 status=Status.RUNNING if state.stage is Stage.CONFIRM else Status.COMPENSATING)
+    else:
+        key = _current_step(w, event)
+    w.abandon(key)
+    note = f"skipped by {event.actor}: {event.reason}"
+    if state.stage is Stage.FORWARD:
+        succeed(w, key, w.spec(key).forward_phase, event.result)
+        w.update_step(key, note=note)
+    elif state.stage is Stage.CONFIRM:
+        w.update_step(key, phase=StepPhase.CONFIRMED, finished_at=w.now, note=note,
+                      result=event.result if event.result is not None else w.step(key).result)
+    else:
+        w.update_step(key, phase=StepPhase.RESOLVED, finished_at=w.now, note=note)
+
+
+def _compensate(w: Work, event: OperatorRepair) -> None:
+    state = w.state
+    reason = f"operator compensate by {event.actor}: {event.reason}"
+    if state.stage is Stage.CONFIRM:
+        raise InvalidTransition("every forward step succeeded and confirms have started: "
+                                "tried steps can no longer be cancelled")
+    if state.status is Status.COMPENSATING:
+        raise InvalidTransition("saga is already compensating")
+    if state.status is Status.RUNNING:
+        start_rollback(w, reason, Status.COMPENSATED)
+        return
+    key = _dead_step(w, event)
+    spec = w.spec(key)
+    w.update(status=Status.COMPENSATING, dead_step=None, reason=reason)
+    if spec.reversible:
+        _redrive(w, key, spec.rollback_phase, event.payload)
+    else:
+        w.update_step(key, phase=StepPhase.RESOLVED, finished_at=w.now,
+                      note=f"left as is (no compensation) by {event.actor}: {event.reason}")
+
+
+def _cancel(w: Work, event: OperatorRepair) -> None:
+    state = w.state
+    if state.status is Status.RUNNING and state.stage is Stage.FORWARD:
+        start_rollback(w, f"cancelled by {event.actor}: {event.reason}", Status.CANCELLED)
+        return
+    if state.status is Status.RUNNING:
+        raise InvalidTransition("saga is confirming: it can no longer be cancelled")
+    raise InvalidTransition(f"only a running saga can be cancelled; this one is "
+                            f"{state.status.value}")
+
+
+def _resolve(w: Work, event: OperatorRepair) -> None:
+    state = w.state
+    if state.status is not Status.DEAD:
+        raise InvalidTransition(f"only a dead saga can be resolved; this one is "
+                                f"{state.status.value}")
+    wanted = (event.payload or {}).get("status", Status.COMPLETED.value)
+    if wanted not in (Status.COMPLETED.value, Status.COMPENSATED.value):
+        raise InvalidTransition(f"resolve status must be 'completed' or 'compensated', "
+                                f"got {wanted!r}")
+    w.update(
+        status=Status(wanted),
+        stage=Stage.DONE,
+        finished_at=w.now,
+        dead_step=None,
+        reason=f"resolved by {event.actor}: {event.reason}",
+        resolution={"actor": event.actor, "reason": event.reason, "status": wanted,
+                    "dead_step": state.dead_step, "dead_reason": state.reason,
+                    "at": w.now.isoformat()},
+    )
+
+
+_VERBS: dict[RepairVerb, Callable[[Work, OperatorRepair], None]] = {
+    RepairVerb.RETRY: _retry,
+    RepairVerb.SKIP: _skip,
+    RepairVerb.COMPENSATE: _compensate,
+    RepairVerb.CANCEL: _cancel,
+    RepairVerb.RESOLVE: _resolve,
+}

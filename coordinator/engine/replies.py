@@ -1,0 +1,74 @@
+"""Applying participant replies and fired timers, ignoring stale and duplicate ones."""
+
+from __future__ import annotations
+
+from coordinator.engine.driver import drive, fail, send_finish, succeed
+from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
+from coordinator.engine.work import Work
+from participant_sdk.protocol import ErrorKind, Outcome
+
+__all__ = ["on_reply", "on_timer"]
+
+
+def on_reply(w: Work, event: ReplyReceived) -> str | None:
+    """Apply a reply; returns why it was ignored, or ``None`` when it was applied."""
+    reply = event.reply
+    if reply.saga_id != w.state.saga_id:
+        return f"reply for another saga ({reply.saga_id})"
+    step = w.state.steps.get(reply.step)
+    if step is None:
+        return f"unknown step {reply.step!r}"
+    tag = f"{reply.step} {reply.phase.value} attempt {reply.attempt}"
+    sent = step.outstanding
+    if sent is None:
+        return f"no command outstanding for {reply.step}: duplicate or late reply ({tag})"
+    if (reply.phase, reply.attempt) != (sent.phase, sent.attempt):
+        return (f"stale reply ({tag}); outstanding is {sent.phase.value} "
+                f"attempt {sent.attempt}")
+    if reply.in_reply_to != sent.message_id:
+        return f"reply to unknown message {reply.in_reply_to} ({tag})"
+    w.drop_timer(sent.deadline_timer)
+    w.update_step(reply.step, outstanding=None)
+    key, phase = reply.step, reply.phase
+    if reply.outcome is Outcome.OK:
+        succeed(w, key, phase, reply.result)
+    else:
+        err = reply.error
+        message = err.message if err is not None else "(no error info)"
+        if reply.outcome is Outcome.REJECTED:
+            kind = err.kind.value if err is not None else "rejected"
+            fail(w, key, phase, kind, message, retryable=False)
+        else:
+            error_kind = err.kind if err is not None else ErrorKind.UNEXPECTED
+            retryable = w.spec(key).policy(phase).retries(error_kind)
+            fail(w, key, phase, error_kind.value, message, retryable=retryable)
+    drive(w)
+    return None
+
+
+def on_timer(w: Work, event: TimerFired) -> str | None:
+    """Apply a fired timer; returns why it was ignored, or ``None``."""
+    step = w.state.steps.get(event.step)
+    if step is None:
+        return f"timer for unknown step {event.step!r}"
+    if event.kind is TimerKind.DEADLINE:
+        sent = step.outstanding
+        if sent is None or sent.deadline_timer != event.timer_id:
+            return f"stale deadline timer {event.timer_id}"
+        w.update_step(event.step, outstanding=None,
+                      uncertain=step.uncertain or sent.phase.is_forward)
+        wait = w.spec(event.step).deadline_for(sent.phase)
+        fail(w, event.step, sent.phase, "deadline",
+             f"no reply within {wait.total_seconds():g}s", retryable=True)
+        drive(w)
+        return None
+    if step.retry_timer != event.timer_id:
+        return f"stale retry timer {event.timer_id}"
+    w.update_step(event.step, retry_timer=None)
+    retry_phase = event.phase
+    if retry_phase.is_forward:
+        w.send(event.step, retry_phase, dict(step.payload or {}))
+    else:
+        send_finish(w, event.step, retry_phase)
+    drive(w)
+    return None

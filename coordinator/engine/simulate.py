@@ -1,0 +1,159 @@
+"""An in-memory driver of the pure core, for tests: no Postgres, no Kafka, a manual clock.
+
+It applies decisions the way the store does (history appended, commands "published", timers
+inserted and cancelled) and lets a test play participant and timer loop by hand.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from coordinator.engine.compiled import CompiledSaga
+from coordinator.engine.decide import advance, replay
+from coordinator.engine.decision import Decision, HistoryEntry, TimerRequest
+from coordinator.engine.events import (
+    Event,
+    OperatorRepair,
+    RepairVerb,
+    ReplyReceived,
+    SagaStarted,
+    TimerFired,
+    TimerKind,
+    event_from_json,
+)
+from coordinator.engine.state import SagaState
+from participant_sdk.protocol import (
+    CommandEnvelope,
+    ErrorInfo,
+    ErrorKind,
+    Outcome,
+    Phase,
+    ReplyEnvelope,
+)
+
+__all__ = ["Simulator"]
+
+_REPLY_NS = uuid.UUID("0c2d7f1e-8b3a-4d5e-9f60-7a1b2c3d4e5f")
+
+
+class Simulator:
+    """One saga driven through :func:`advance` with a hand-moved clock."""
+
+    def __init__(
+        self,
+        definition: CompiledSaga,
+        *,
+        saga_id: uuid.UUID | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        self.definition = definition
+        self.saga_id = saga_id or uuid.UUID(int=1)
+        self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
+        self.state: SagaState | None = None
+        self.history: list[HistoryEntry] = []
+        self.decisions: list[Decision] = []
+        #: Every command ever emitted, in order.
+        self.sent: list[CommandEnvelope] = []
+        #: Commands not yet answered by :meth:`reply`, by message id.
+        self.pending: dict[uuid.UUID, CommandEnvelope] = {}
+        self.timers: dict[str, TimerRequest] = {}
+        self._replies = 0
+
+    @property
+    def current(self) -> SagaState:
+        assert self.state is not None, "start the saga first"
+        return self.state
+
+    def apply(self, event: Event) -> Decision:
+        decision = advance(self.definition, self.state, event, self.now)
+        self.state = decision.state
+        self.history.extend(decision.history)
+        self.decisions.append(decision)
+        for command in decision.commands:
+            self.sent.append(command.envelope)
+            self.pending[command.envelope.message_id] = command.envelope
+        for tid in decision.cancel_timers:
+            self.timers.pop(tid, None)
+        for timer in decision.timers:
+            self.timers[timer.timer_id] = timer
+        return decision
+
+    def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None
+              ) -> Decision:
+        return self.apply(SagaStarted(saga_id=self.saga_id, saga_type=self.definition.name,
+                                      version=self.definition.version, input=input,
+                                      trace_context=trace_context or {}))
+
+    def last(self, step: str | None = None, phase: Phase | None = None) -> CommandEnvelope:
+        """The latest command sent (for ``step`` / ``phase`` if given)."""
+        for env in reversed(self.sent):
+            if (step is None or env.step == step) and (phase is None or env.phase == phase):
+                return env
+        raise LookupError(f"no command sent for step={step} phase={phase}")
+
+    def reply_to(
+        self,
+        command: CommandEnvelope,
+        outcome: Outcome = Outcome.OK,
+        *,
+        result: dict[str, Any] | None = None,
+        kind: ErrorKind | None = None,
+        message: str = "simulated",
+    ) -> Decision:
+        """Answer ``command`` as a participant would (may be a duplicate or stale reply)."""
+        self.pending.pop(command.message_id, None)
+        self._replies += 1
+        error = None
+        if outcome is not Outcome.OK:
+            default = ErrorKind.BUSINESS if outcome is Outcome.REJECTED else ErrorKind.TRANSIENT
+            error = ErrorInfo(kind=kind or default, message=message)
+        reply = ReplyEnvelope(
+            message_id=uuid.uuid5(_REPLY_NS, f"{command.message_id}/{self._replies}"),
+            in_reply_to=command.message_id,
+            saga_id=command.saga_id,
+            step=command.step,
+            phase=command.phase,
+            attempt=command.attempt,
+            participant=command.participant,
+            outcome=outcome,
+            result=result if outcome is Outcome.OK else None,
+            error=error,
+        )
+        return self.apply(ReplyReceived(reply=reply))
+
+    def reply(self, outcome: Outcome = Outcome.OK, **kwargs: Any) -> Decision:
+        """Answer the latest command sent."""
+        return self.reply_to(self.last(), outcome, **kwargs)
+
+    def next_timer(self, kind: TimerKind | None = None) -> TimerRequest | None:
+        due = [t for t in self.timers.values() if kind is None or t.kind is kind]
+        return min(due, key=lambda t: (t.due_at, t.timer_id), default=None)
+
+    def fire(self, timer: TimerRequest) -> Decision:
+        """Move the clock to the timer's due time (never backwards) and fire it."""
+        self.timers.pop(timer.timer_id, None)
+        self.now = max(self.now, timer.due_at)
+        return self.apply(TimerFired(timer_id=timer.timer_id, step=timer.step,
+                                     phase=timer.phase, attempt=timer.attempt,
+                                     kind=timer.kind))
+
+    def fire_next(self, kind: TimerKind | None = None) -> Decision:
+        timer = self.next_timer(kind)
+        if timer is None:
+            raise LookupError(f"no {kind or 'pending'} timer")
+        return self.fire(timer)
+
+    def repair(self, verb: RepairVerb | str, *, actor: str = "ops", reason: str = "test",
+               **kwargs: Any) -> Decision:
+        return self.apply(OperatorRepair(verb=RepairVerb(verb), actor=actor, reason=reason,
+                                         **kwargs))
+
+    def tick(self, delta: timedelta) -> None:
+        self.now += delta
+
+    def replayed(self) -> SagaState:
+        """The state rebuilt from the history as the store would keep it (JSON round trip)."""
+        stored = [(event_from_json(h.event.to_json()), h.at) for h in self.history]
+        return replay(self.definition, stored)

@@ -1,0 +1,219 @@
+"""The state of one saga: a frozen snapshot that the pure core folds events into.
+
+``SagaState.steps`` is an ordered mapping from a stable *step key* to that node's state. Today
+a key is a step name (``"ship"``); fan-out will add indexed keys (``"ship[3]"``) and nested ones
+(``"charge_all[2].charge"``) whose ``parent`` names the group node, so new node kinds slot in
+without changing the shape of the snapshot.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Self
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from participant_sdk.protocol import Phase
+
+__all__ = [
+    "ErrorRecord",
+    "Outstanding",
+    "SagaState",
+    "Stage",
+    "Status",
+    "StepPhase",
+    "StepState",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Status(StrEnum):
+    """Where a saga stands as a whole."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    #: A person must act: a rollback or confirm ran out of retries, or a step that cannot be
+    #: undone blocks the rollback.
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """No event moves the saga any more (``dead`` is not terminal: operators repair it)."""
+        return self in (Status.COMPLETED, Status.COMPENSATED, Status.CANCELLED)
+
+
+class Stage(StrEnum):
+    """Which walk over the steps the saga is on."""
+
+    FORWARD = "forward"  # trying / executing steps in order
+    CONFIRM = "confirm"  # every forward step succeeded: confirming TCC steps
+    ROLLBACK = "rollback"  # cancelling / compensating in reverse order of completion
+    DONE = "done"
+
+
+class StepPhase(StrEnum):
+    """Where one step (node) stands. Also the suffix of machine state names."""
+
+    PENDING = "pending"
+    SKIPPED = "skipped"  # its guard said no
+    TRYING = "trying"
+    TRIED = "tried"
+    CONFIRMING = "confirming"
+    CONFIRMED = "confirmed"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    #: The forward phase failed for good (rejected, non-retryable or out of attempts).
+    FAILED = "failed"
+    #: Rolled back by hand: an operator skipped its cancel or compensation.
+    RESOLVED = "resolved"
+
+    @property
+    def is_active(self) -> bool:
+        """A command of this step is in flight or waiting for a retry."""
+        return self in _ACTIVE
+
+
+_ACTIVE = frozenset(
+    {
+        StepPhase.TRYING,
+        StepPhase.CONFIRMING,
+        StepPhase.CANCELLING,
+        StepPhase.EXECUTING,
+        StepPhase.COMPENSATING,
+    }
+)
+
+
+class ErrorRecord(BaseModel):
+    """The last failure of a step: from a reply, a missed deadline or a mapper."""
+
+    model_config = _FROZEN
+
+    #: An ``ErrorKind`` value, or ``"deadline"``, ``"rejected"`` or ``"mapper"``.
+    kind: str
+    message: str
+    phase: Phase
+    attempt: int
+    at: datetime
+
+
+class Outstanding(BaseModel):
+    """The command of a step that awaits its reply."""
+
+    model_config = _FROZEN
+
+    message_id: UUID
+    phase: Phase
+    attempt: int
+    sent_at: datetime
+    deadline_timer: str
+
+
+class StepState(BaseModel):
+    """One node of the saga: a step (later also a group, a wait, a sleep or a child saga)."""
+
+    model_config = _FROZEN
+
+    key: str
+    #: Name of the definition node this instance runs (equal to ``key`` for plain steps).
+    node: str
+    #: Key of the enclosing group node, ``None`` at top level (reserved for parallel groups).
+    parent: str | None = None
+    phase: StepPhase = StepPhase.PENDING
+    #: Highest attempt number used so far, per protocol phase (never reset: ids stay unique).
+    attempts: dict[Phase, int] = Field(default_factory=dict)
+    #: First attempt number of the current retry budget (an operator retry starts a new one).
+    budget_from: dict[Phase, int] = Field(default_factory=dict)
+    outstanding: Outstanding | None = None
+    #: Timer id of the pending retry backoff, if the step is waiting to retry.
+    retry_timer: str | None = None
+    #: A forward command of this step was sent at least once (so rollback must undo it).
+    sent: bool = False
+    #: A forward attempt got no reply before its deadline: its effect is unknown.
+    uncertain: bool = False
+    #: Forward payload, built by the step's mapper (or replaced by an operator retry).
+    payload: dict[str, Any] | None = None
+    #: Operator-supplied payload for the current confirm/cancel/compensate phase.
+    payload_override: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    last_error: ErrorRecord | None = None
+    #: Position in the order in which forward phases succeeded (rollback walks it backwards).
+    completed_seq: int | None = None
+    started_at: datetime | None = None
+    phase_changed_at: datetime | None = None
+    finished_at: datetime | None = None
+    note: str | None = None
+
+    def attempt(self, phase: Phase) -> int:
+        return self.attempts.get(phase, 0)
+
+    def used(self, phase: Phase) -> int:
+        """Attempts of ``phase`` spent in the current retry budget."""
+        return self.attempt(phase) - self.budget_from.get(phase, 1) + 1
+
+
+class SagaState(BaseModel):
+    """Everything the coordinator knows about one saga; the stored snapshot."""
+
+    model_config = _FROZEN
+
+    saga_id: UUID
+    saga_type: str
+    version: int
+    status: Status
+    stage: Stage = Stage.FORWARD
+    input: dict[str, Any]
+    steps: dict[str, StepState]
+    #: Why the saga is rolling back, dead, cancelled or resolved.
+    reason: str | None = None
+    trace_context: dict[str, str] = Field(default_factory=dict)
+    #: Step keys in the order rollback visits them (fixed when rollback starts).
+    rollback_plan: list[str] = Field(default_factory=list)
+    #: Status the saga gets once its rollback is done: compensated, or cancelled by an operator.
+    rollback_outcome: Status | None = None
+    #: The step that made the saga dead, if it is dead.
+    dead_step: str | None = None
+    #: Set when an operator resolved the saga by hand: actor, reason, previous status.
+    resolution: dict[str, Any] | None = None
+    completions: int = 0
+    events_applied: int = 0
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_json` rebuilds an equal state."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        return cls.model_validate(data)
+
+    def step(self, key: str) -> StepState:
+        return self.steps[key]
+
+    def results(self) -> dict[str, dict[str, Any] | None]:
+        """Results of the steps whose forward phase succeeded, by key."""
+        done = {StepPhase.TRIED, StepPhase.CONFIRMED, StepPhase.SUCCEEDED}
+        return {k: s.result for k, s in self.steps.items() if s.phase in done}
+
+    def machine_state(self) -> str:
+        """Name of the compiled state machine's state the saga is in (for diagrams)."""
+        if self.status is Status.DEAD:
+            return "dead"
+        if self.status.is_terminal:
+            return self.status.value
+        for step in self.steps.values():
+            if step.phase.is_active:
+                return f"{step.key}.{step.phase.value}"
+        return "start" if self.stage is Stage.FORWARD else self.stage.value

@@ -1,0 +1,150 @@
+"""The scratch pad of one ``advance`` call: the state being built and the effects so far."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from coordinator.definition import StepContext
+from coordinator.engine.compiled import CompiledSaga, CompiledStep
+from coordinator.engine.decision import OutgoingCommand, TimerRequest
+from coordinator.engine.events import TimerKind
+from coordinator.engine.state import Outstanding, SagaState, StepPhase, StepState
+from participant_sdk.protocol import CommandEnvelope, Phase
+
+__all__ = ["ACTIVE_PHASE", "Work", "message_id", "timer_id"]
+
+#: Namespace of command message ids (uuid5); fixed forever, ids must stay reproducible.
+MESSAGE_NAMESPACE = uuid.UUID("6f1c2a9e-5b1d-4c7a-9e2f-3d8b0a4c5e61")
+
+ACTIVE_PHASE = {
+    Phase.TRY: StepPhase.TRYING,
+    Phase.ACTION: StepPhase.EXECUTING,
+    Phase.CONFIRM: StepPhase.CONFIRMING,
+    Phase.CANCEL: StepPhase.CANCELLING,
+    Phase.COMPENSATE: StepPhase.COMPENSATING,
+}
+
+
+def message_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int) -> uuid.UUID:
+    """The command id of one attempt: the same inputs always give the same id."""
+    return uuid.uuid5(MESSAGE_NAMESPACE, f"{saga_id}/{step}/{phase.value}/{attempt}")
+
+
+def timer_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int, kind: TimerKind) -> str:
+    """The id of a durable timer: readable and deterministic."""
+    return f"{saga_id}:{step}:{phase.value}:{attempt}:{kind.value}"
+
+
+class Work:
+    """Accumulates the new state and the outbox rows and timers of one decision."""
+
+    def __init__(self, definition: CompiledSaga, state: SagaState, now: datetime) -> None:
+        self.definition = definition
+        self.state = state
+        self.now = now
+        self.commands: list[OutgoingCommand] = []
+        self.timers: list[TimerRequest] = []
+        self.cancel_timers: list[str] = []
+        self.notes: list[str] = []
+
+    # -- state edits -------------------------------------------------------------------------
+
+    def step(self, key: str) -> StepState:
+        return self.state.steps[key]
+
+    def ordered(self) -> list[tuple[str, StepState]]:
+        """Steps in definition order. Never rely on the mapping's order: a JSONB snapshot
+        does not keep key order."""
+        steps = self.state.steps
+        order = {s.name: i for i, s in enumerate(self.definition.steps)}
+        keys = sorted(steps, key=lambda k: (order.get(steps[k].node, len(order)), k))
+        return [(k, steps[k]) for k in keys]
+
+    def spec(self, key: str) -> CompiledStep:
+        return self.definition.step(self.state.steps[key].node)
+
+    def update(self, **changes: Any) -> None:
+        self.state = self.state.model_copy(update=changes)
+
+    def update_step(self, key: str, **changes: Any) -> None:
+        old = self.state.steps[key]
+        if "phase" in changes and changes["phase"] != old.phase:
+            changes.setdefault("phase_changed_at", self.now)
+        steps = dict(self.state.steps)
+        steps[key] = old.model_copy(update=changes)
+        self.update(steps=steps)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def context(self) -> StepContext[Any]:
+        return StepContext(
+            saga_id=self.state.saga_id,
+            version=self.state.version,
+            input=self.definition.input_model.model_validate(self.state.input),
+            results=self.state.results(),
+        )
+
+    # -- effects -----------------------------------------------------------------------------
+
+    def send(self, key: str, phase: Phase, payload: dict[str, Any]) -> None:
+        """Emit the next attempt of ``phase`` for ``key`` with its deadline timer."""
+        spec, step = self.spec(key), self.step(key)
+        attempt = step.attempt(phase) + 1
+        saga_id = self.state.saga_id
+        envelope = CommandEnvelope(
+            message_id=message_id(saga_id, key, phase, attempt),
+            saga_id=saga_id,
+            saga_type=self.state.saga_type,
+            step=key,
+            phase=phase,
+            attempt=attempt,
+            participant=spec.participant,
+            action=spec.action_for(phase),
+            payload=payload,
+            reply_to=self.definition.reply_topic,
+        )
+        self.commands.append(
+            OutgoingCommand(topic=self.definition.command_topic(spec), envelope=envelope)
+        )
+        deadline = self.add_timer(key, phase, attempt, TimerKind.DEADLINE,
+                                  self.now + spec.deadline_for(phase))
+        self.update_step(
+            key,
+            phase=ACTIVE_PHASE[phase],
+            attempts={**step.attempts, phase: attempt},
+            outstanding=Outstanding(message_id=envelope.message_id, phase=phase,
+                                    attempt=attempt, sent_at=self.now,
+                                    deadline_timer=deadline),
+            retry_timer=None,
+            sent=step.sent or phase.is_forward,
+            started_at=step.started_at or self.now,
+        )
+        self.note(f"{key}: sent {phase.value} attempt {attempt}")
+
+    def add_timer(
+        self, key: str, phase: Phase, attempt: int, kind: TimerKind, due_at: datetime
+    ) -> str:
+        tid = timer_id(self.state.saga_id, key, phase, attempt, kind)
+        self.timers.append(TimerRequest(timer_id=tid, due_at=due_at, step=key, phase=phase,
+                                        attempt=attempt, kind=kind))
+        return tid
+
+    def drop_timer(self, tid: str) -> None:
+        """Cancel a timer: drop it if this decision created it, else ask the store to."""
+        before = len(self.timers)
+        self.timers = [t for t in self.timers if t.timer_id != tid]
+        if len(self.timers) == before:
+            self.cancel_timers.append(tid)
+
+    def abandon(self, key: str) -> None:
+        """Forget the step's command in flight and its pending retry (late replies go stale)."""
+        step = self.step(key)
+        if step.outstanding is not None:
+            self.drop_timer(step.outstanding.deadline_timer)
+        if step.retry_timer is not None:
+            self.drop_timer(step.retry_timer)
+        if step.outstanding is not None or step.retry_timer is not None:
+            self.update_step(key, outstanding=None, retry_timer=None)

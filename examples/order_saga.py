@@ -1,0 +1,55 @@
+"""The order saga: reserve funds and stock (TCC), then create the shipment (saga step).
+
+Payments and inventory hold reservations that are confirmed once the shipment exists, or
+cancelled if anything fails; a shipment is cancelled by its compensation.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
+
+
+class OrderInput(BaseModel):
+    order_id: str = Field(min_length=1, max_length=100)
+    customer_id: str = Field(min_length=1, max_length=100)
+    amount_cents: int = Field(gt=0)
+    sku: str = Field(min_length=1, max_length=100)
+    quantity: int = Field(gt=0)
+    address: str = Field(min_length=1, max_length=500)
+
+
+def funds(ctx: StepContext[OrderInput]) -> dict[str, Any]:
+    return {"customer": ctx.input.customer_id, "amount": ctx.input.amount_cents}
+
+
+def stock(ctx: StepContext[OrderInput]) -> dict[str, Any]:
+    return {"sku": ctx.input.sku, "quantity": ctx.input.quantity}
+
+
+def shipment(ctx: StepContext[OrderInput]) -> dict[str, Any]:
+    return {"address": ctx.input.address, "items": [ctx.input.sku] * ctx.input.quantity}
+
+
+_QUICK = RetryPolicy(max_attempts=5, initial_backoff=timedelta(milliseconds=200),
+                     max_backoff=timedelta(seconds=5))
+
+
+class OrderSaga(Saga):
+    """Take payment and stock for an order, then ship it."""
+
+    name = "order"
+    version = 1
+    input_model = OrderInput
+    steps = (
+        TccStep("reserve_funds", "payments", "charge", payload=funds, retry=_QUICK,
+                deadline=timedelta(seconds=10)),
+        TccStep("reserve_stock", "inventory", "reserve", payload=stock, retry=_QUICK,
+                deadline=timedelta(seconds=10)),
+        SagaStep("create_shipment", "shipping", "ship", compensation="cancel_shipment",
+                 payload=shipment, retry=_QUICK, deadline=timedelta(seconds=10)),
+    )
