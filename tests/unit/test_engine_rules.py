@@ -58,8 +58,7 @@ def test_happy_path_tries_in_order_then_confirms_and_completes() -> None:
     sim.reply(result={"hold": "h1"})
     sim.reply()
     ship = sim.last()
-    assert ship.payload == {"order_id": "o-1", "address": "1 Main St", "sku": "sku-9",
-                            "quantity": 2}
+    assert ship.payload == {"address": "1 Main St", "items": ["sku-9", "sku-9"]}
     sim.reply(result={"shipment_id": "s1"})
     sim.reply()
     sim.reply()
