@@ -1,1 +1,38 @@
 """Transactional outbox: write messages inside your transaction; the relay publishes them."""
+
+from outbox_relay.dead_letters import (
+    OutboxDeadLetter,
+    count_dead_letters,
+    discard_dead_letter,
+    list_dead_letters,
+    requeue_dead_letter,
+)
+from outbox_relay.errors import InvalidMessageError, OutboxError, RelayStateError, SchemaError
+from outbox_relay.message import OutboxMessage, enqueue, notify_relays
+from outbox_relay.metrics import RelayMetrics
+from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
+from outbox_relay.schema import DDL, DEFAULT_SHARD_COUNT, NOTIFY_CHANNEL, install
+from outbox_relay.settings import RelaySettings
+
+__all__ = [
+    "DDL",
+    "DEFAULT_SHARD_COUNT",
+    "HEADER_RELAY_EPOCH",
+    "NOTIFY_CHANNEL",
+    "InvalidMessageError",
+    "OutboxDeadLetter",
+    "OutboxError",
+    "OutboxMessage",
+    "Relay",
+    "RelayMetrics",
+    "RelaySettings",
+    "RelayStateError",
+    "SchemaError",
+    "count_dead_letters",
+    "discard_dead_letter",
+    "enqueue",
+    "install",
+    "list_dead_letters",
+    "notify_relays",
+    "requeue_dead_letter",
+]

@@ -1,0 +1,197 @@
+"""Outbox-to-Kafka throughput of the relay against a raw aiokafka idempotent producer.
+
+Both send the same messages (same topic layout, keys, payload sizes and headers) in the same run:
+the relay from a pre-filled outbox until it is empty (rows deleted after acks), the raw producer
+straight from memory, awaiting every ack. Prints both rates and their ratio, writes JSON to
+``bench/results/``.
+
+    python -m bench.relay_throughput [--messages 100000] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+from aiokafka import AIOKafkaProducer
+from prometheus_client import CollectorRegistry
+
+from outbox_relay import OutboxMessage, Relay, RelaySettings, enqueue, install
+from participant_sdk.protocol import HEADER_MESSAGE_ID
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _messages(topic: str, n: int, keys: int, size: int) -> list[OutboxMessage]:
+    payload = b"x" * size
+    return [
+        OutboxMessage(
+            topic=topic,
+            key=f"saga-{i % keys:06d}",
+            payload=payload,
+            message_id=uuid.uuid4(),
+            headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
+        )
+        for i in range(n)
+    ]
+
+
+async def _fill(dsn: str, msgs: list[OutboxMessage], shards: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await install(conn, shard_count=shards)
+        for i in range(0, len(msgs), 5000):
+            async with conn.transaction():
+                await enqueue(conn, msgs[i : i + 5000])
+    finally:
+        await conn.close()
+
+
+async def _relay_run(settings: RelaySettings, total: int) -> float:
+    conn = await asyncpg.connect(settings.postgres_dsn)
+    registry = CollectorRegistry()
+    relay = Relay(settings, registry=registry)
+    try:
+        start = time.perf_counter()
+        await relay.start()
+        while True:
+            published = registry.get_sample_value("sagaflow_relay_rows_published_total") or 0
+            if published >= total:
+                break
+            await asyncio.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        left = await conn.fetchval("SELECT count(*) FROM sagaflow_outbox")
+        assert left == 0, f"{left} rows left"
+        return elapsed
+    finally:
+        await relay.stop()
+        await conn.close()
+
+
+async def _raw_run(settings: RelaySettings, msgs: list[OutboxMessage]) -> float:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=settings.linger_ms,
+        max_batch_size=settings.producer_batch_bytes,
+        max_request_size=settings.max_request_size,
+    )
+    start = time.perf_counter()
+    await producer.start()
+    try:
+        futures = []
+        for m in msgs:
+            headers = [(k, v.encode()) for k, v in m.headers.items()]
+            headers.append((HEADER_MESSAGE_ID, str(m.message_id).encode()))
+            headers.append(("sagaflow-relay-epoch", b"0.1"))
+            futures.append(
+                await producer.send(m.topic, m.payload, key=m.key.encode(), headers=headers)
+            )
+        await asyncio.gather(*futures)
+        return time.perf_counter() - start
+    finally:
+        await producer.stop()
+
+
+async def _warm_topics(bootstrap: str, topics: list[str]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+    await producer.start()
+    try:
+        for t in topics:
+            await (await producer.send(t, b"warm", key=b"warm"))
+    finally:
+        await producer.stop()
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    admin_url = args.postgres
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(admin_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    dsn = admin_url.rsplit("/", 1)[0] + "/" + name
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    relay_topic, raw_topic = f"{prefix}.relay", f"{prefix}.raw"
+    try:
+        await _warm_topics(args.kafka, [relay_topic, raw_topic])
+        settings = RelaySettings(
+            postgres_dsn=dsn,
+            kafka_bootstrap=args.kafka,
+            batch_size=args.batch_size,
+            shard_count=args.shards,
+            poll_interval=dt.timedelta(milliseconds=20),
+        )
+        msgs = _messages(relay_topic, args.messages, args.keys, args.size)
+        await _fill(dsn, msgs, args.shards)
+        relay_s = await _relay_run(settings, len(msgs))
+        raw_msgs = _messages(raw_topic, args.messages, args.keys, args.size)
+        raw_s = await _raw_run(settings, raw_msgs)
+    finally:
+        admin = await asyncpg.connect(admin_url)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+    relay_rate = args.messages / relay_s
+    raw_rate = args.messages / raw_s
+    return {
+        "bench": "relay_throughput",
+        "smoke": args.smoke,
+        "when": dt.datetime.now(dt.UTC).isoformat(),
+        "messages": args.messages,
+        "payload_bytes": args.size,
+        "keys": args.keys,
+        "batch_size": args.batch_size,
+        "shards": args.shards,
+        "relay_seconds": round(relay_s, 3),
+        "raw_seconds": round(raw_s, 3),
+        "relay_msg_per_s": round(relay_rate),
+        "raw_msg_per_s": round(raw_rate),
+        "ratio": round(relay_rate / raw_rate, 3),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=256, help="payload bytes")
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=2000)
+    parser.add_argument("--shards", type=int, default=32)
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(
+            "SAGAFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    parser.add_argument(
+        "--kafka", default=os.environ.get("SAGAFLOW_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny run: checks the harness only")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.messages, args.keys = 300, 20
+    result = asyncio.run(run(args))
+    print(f"relay: {result['relay_msg_per_s']} msg/s ({result['relay_seconds']} s)")
+    print(f"raw:   {result['raw_msg_per_s']} msg/s ({result['raw_seconds']} s)")
+    print(f"ratio: {result['ratio']}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    tag = "smoke" if args.smoke else "full"
+    path = args.out / f"relay_throughput-{tag}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from outbox_relay.cli import main
+
+sys.exit(main())

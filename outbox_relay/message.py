@@ -1,0 +1,96 @@
+"""The outbox message and the helper that writes it inside the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import asyncpg
+from opentelemetry import propagate
+
+from outbox_relay.errors import InvalidMessageError
+from outbox_relay.schema import NOTIFY_CHANNEL
+from participant_sdk.protocol import HEADER_MESSAGE_ID
+
+_TOPIC_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """One Kafka message to publish once the writing transaction commits."""
+
+    topic: str
+    #: Kafka key (the saga id as text); also the shard key, so one key is one ordered stream.
+    key: str
+    payload: bytes
+    #: Unique id; sent as the ``saga-message-id`` header so consumers can deduplicate.
+    message_id: uuid.UUID
+    #: Extra Kafka headers (text values), e.g. ``traceparent``, ``saga-message-kind``.
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def valid_topic(topic: str) -> bool:
+    """Whether Kafka accepts ``topic`` as a topic name."""
+    return _TOPIC_RE.fullmatch(topic) is not None and topic not in (".", "..")
+
+
+def _headers_json(message: OutboxMessage) -> str:
+    headers = dict(message.headers)
+    if HEADER_MESSAGE_ID in headers and headers[HEADER_MESSAGE_ID] != str(message.message_id):
+        raise InvalidMessageError(f"header {HEADER_MESSAGE_ID} disagrees with message_id")
+    headers.pop(HEADER_MESSAGE_ID, None)
+    # Carry the caller's trace context unless it chose its own.
+    if "traceparent" not in headers:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        headers.update(carrier)
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessageError(f"header {name!r} must map text to text")
+    return json.dumps(headers, separators=(",", ":"))
+
+
+_INSERT: Final = """
+INSERT INTO sagaflow_outbox (shard, topic, key, payload, message_id, headers)
+SELECT ((hashtextextended(t.key, 0) & 9223372036854775807)
+        % (SELECT shard_count FROM sagaflow_outbox_meta))::smallint,
+       t.topic, t.key, t.payload, t.message_id, t.headers
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::uuid[], $5::jsonb[])
+     WITH ORDINALITY AS t(topic, key, payload, message_id, headers, ord)
+ORDER BY t.ord
+"""
+
+
+async def enqueue(
+    conn: asyncpg.Connection, messages: Sequence[OutboxMessage], *, notify: bool = False
+) -> None:
+    """Insert ``messages`` into the outbox in one round trip, inside the caller's transaction.
+
+    Rows become visible to the relay when the caller commits; ids follow ``messages`` order.
+    ``notify=True`` also sends a wake-up hint to the relays. Leave it off on hot paths:
+    a NOTIFY makes the commit take a cluster-wide lock (see the bench notes).
+    """
+    if not messages:
+        return
+    for message in messages:
+        if not valid_topic(message.topic):
+            raise InvalidMessageError(f"invalid Kafka topic name {message.topic!r}")
+    await conn.execute(
+        _INSERT,
+        [m.topic for m in messages],
+        [m.key for m in messages],
+        [m.payload for m in messages],
+        [m.message_id for m in messages],
+        [_headers_json(m) for m in messages],
+    )
+    if notify:
+        await notify_relays(conn)
+
+
+async def notify_relays(conn: asyncpg.Connection) -> None:
+    """Send the relays a wake-up hint (delivered at the caller's commit, coalesced by Postgres)."""
+    await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)

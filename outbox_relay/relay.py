@@ -1,0 +1,541 @@
+"""The relay: claims committed outbox rows of the shards it owns, publishes, then deletes them.
+
+Order and no-skip: every shard has one owner, rows are deleted only after Kafka acknowledged
+them, and each claim reads the lowest ids still present in each owned shard. There is no id
+cursor, so a transaction that commits late is simply picked up by the next claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Self
+
+import asyncpg
+import tenacity
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from opentelemetry import propagate, trace
+from prometheus_client import CollectorRegistry
+
+from outbox_relay.errors import InvalidMessageError, RelayStateError
+from outbox_relay.message import valid_topic
+from outbox_relay.metrics import RelayMetrics
+from outbox_relay.schema import NOTIFY_CHANNEL, install, installed_shard_count
+from outbox_relay.settings import RelaySettings
+from outbox_relay.shards import ShardOwnership
+from participant_sdk.protocol import HEADER_MESSAGE_ID
+
+log = logging.getLogger(__name__)
+
+#: Header naming the shard and ownership epoch that published a message: ``"<shard>.<epoch>"``.
+HEADER_RELAY_EPOCH: Final = "sagaflow-relay-epoch"
+
+_CLAIM: Final = """
+SELECT o.id, o.shard, o.topic, o.key, o.payload, o.message_id, o.headers::text AS headers
+FROM unnest($1::smallint[], $2::int[]) AS s(shard, lim)
+CROSS JOIN LATERAL (
+    SELECT * FROM sagaflow_outbox o
+    WHERE o.shard = s.shard
+      AND NOT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter d WHERE d.key = o.key)
+    ORDER BY o.id
+    LIMIT s.lim
+) AS o
+ORDER BY o.id
+LIMIT $3
+"""
+
+_DEAD_LETTER: Final = """
+INSERT INTO sagaflow_outbox_dead_letter
+    (id, shard, topic, key, payload, message_id, headers, created_at, error_class, reason)
+SELECT o.id, o.shard, o.topic, o.key, o.payload, o.message_id, o.headers, o.created_at,
+       d.error_class, d.reason
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS d(id, error_class, reason)
+JOIN sagaflow_outbox o ON o.id = d.id
+ON CONFLICT (id) DO UPDATE SET failed_at = clock_timestamp(),
+    error_class = excluded.error_class, reason = excluded.reason
+"""
+
+_DELETE: Final = "DELETE FROM sagaflow_outbox WHERE id = ANY($1::bigint[])"
+
+_LAG: Final = """
+SELECT count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
+FROM sagaflow_outbox WHERE shard = ANY($1::smallint[])
+"""
+
+
+class _TransientPublishError(Exception):
+    """Some rows of a batch were not acknowledged for a reason that may pass."""
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, KafkaError):
+        return bool(exc.retriable) or isinstance(exc, _KAFKA_CONNECTION_ERRORS)
+    return isinstance(
+        exc,
+        (
+            _TransientPublishError,
+            OSError,
+            TimeoutError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.InterfaceError,
+            asyncpg.exceptions.OperatorInterventionError,
+            asyncpg.exceptions.SerializationError,
+            asyncpg.exceptions.DeadlockDetectedError,
+            asyncpg.exceptions.InsufficientResourcesError,
+        ),
+    )
+
+
+def _kafka_connection_errors() -> tuple[type[BaseException], ...]:
+    from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
+
+    return (KafkaConnectionError, NodeNotReadyError)
+
+
+_KAFKA_CONNECTION_ERRORS: Final = _kafka_connection_errors()
+
+
+@dataclass(slots=True)
+class _BatchOutcome:
+    acked: list[int] = field(default_factory=list)
+    dead_ids: list[int] = field(default_factory=list)
+    dead_classes: list[str] = field(default_factory=list)
+    dead_reasons: list[str] = field(default_factory=list)
+    transient: BaseException | None = None
+    #: Keys with a row that failed; their later rows stay in the table for a later batch.
+    stopped: set[str] = field(default_factory=set)
+
+    def dead(self, row_id: int, exc: BaseException) -> None:
+        self.dead_ids.append(row_id)
+        self.dead_classes.append(type(exc).__name__)
+        self.dead_reasons.append(str(exc) or type(exc).__name__)
+
+
+@dataclass(slots=True)
+class _Inflight:
+    """A batch handed to the producer whose acknowledgements are pending."""
+
+    started: float
+    pending: list[tuple[asyncpg.Record, asyncio.Future[Any]]] = field(default_factory=list)
+    ids: set[int] = field(default_factory=set)
+    per_shard: dict[int, int] = field(default_factory=dict)
+    outcome: _BatchOutcome = field(default_factory=_BatchOutcome)
+
+    def add(self, row: asyncpg.Record, fut: asyncio.Future[Any]) -> None:
+        self.pending.append((row, fut))
+        self.ids.add(row["id"])
+        shard = row["shard"]
+        self.per_shard[shard] = self.per_shard.get(shard, 0) + 1
+
+
+class Relay:
+    """One relay process's worth of work: shard ownership, claim, publish, delete.
+
+    Use ``async with Relay(settings):`` or ``start()``/``stop()``; ``wait()`` returns when the
+    run loop ends (after ``stop()``) and re-raises its error if it crashed.
+    """
+
+    def __init__(
+        self,
+        settings: RelaySettings,
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = RelayMetrics(registry if registry is not None else CollectorRegistry())
+        self._conn: asyncpg.Connection | None = None
+        self._shards: ShardOwnership | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._started = False
+        self._stopped = False
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._tracer = trace.get_tracer("sagaflow.outbox_relay")
+        self._inflight: _Inflight | None = None
+        self._valid_topics: dict[str, bool] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to Postgres and Kafka and start the run loop."""
+        if self._started:
+            raise RelayStateError("relay already started")
+        self._started = True
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=self.settings.linger_ms,
+            max_batch_size=self.settings.producer_batch_bytes,
+            max_request_size=self.settings.max_request_size,
+            client_id=self.settings.relay_id,
+        )
+        async for attempt in self._retrying():
+            with attempt:
+                await producer.start()
+        self._producer = producer
+        self._task = asyncio.create_task(self._run(), name=f"outbox-relay-{self.settings.relay_id}")
+
+    async def stop(self) -> None:
+        """Finish the batch in flight (bounded), release the shards, close connections."""
+        if self._stopped or not self._started:
+            self._stopped = True
+            return
+        self._stopped = True
+        self._stopping.set()
+        self._wake.set()
+        task = self._task
+        if task is not None and not task.done():
+            timeout = self.settings.shutdown_timeout.total_seconds()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+            except TimeoutError:
+                log.warning("relay %s: batch did not finish in %.1fs", self.name, timeout)
+                task.cancel()
+            except Exception:
+                log.debug("relay %s: run loop ended with an error", self.name)
+        await self._close_pg(release=True)
+        if self._producer is not None:
+            await self._producer.stop()
+        if task is not None and task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                raise exc
+
+    async def wait(self) -> None:
+        """Block until the run loop ends."""
+        if self._task is None:
+            raise RelayStateError("relay not started")
+        await asyncio.shield(self._task)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def name(self) -> str:
+        return self.settings.relay_id
+
+    @property
+    def owned_shards(self) -> dict[int, int]:
+        """Shards owned now, mapped to the ownership epoch."""
+        return dict(self._shards.owned) if self._shards is not None else {}
+
+    # ---- run loop --------------------------------------------------------------------------
+
+    def _retrying(self) -> tenacity.AsyncRetrying:
+        return tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(_is_transient),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=5.0) + tenacity.wait_random(0, 0.1),
+            stop=tenacity.stop_never,
+            sleep=self._sleep,
+            before_sleep=self._before_retry,
+            reraise=True,
+        )
+
+    def _before_retry(self, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        system = "kafka" if isinstance(exc, (KafkaError, _TransientPublishError)) else "postgres"
+        self.metrics.transient_failures.labels(system).inc()
+        log.warning("relay %s: transient %s failure, retrying: %r", self.name, system, exc)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, waking early on stop or a writer's hint."""
+        if self._stopping.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    async def _run(self) -> None:
+        next_rebalance = 0.0
+        next_lag = 0.0
+        idle = self.settings.min_poll_interval.total_seconds()
+        max_idle = self.settings.poll_interval.total_seconds()
+        while not self._stopping.is_set():
+            claimed = 0
+            async for attempt in self._retrying():
+                with attempt:
+                    if self._stopping.is_set():
+                        break
+                    try:
+                        now = time.monotonic()
+                        if self._conn is None or self._conn.is_closed():
+                            await self._connect_pg()
+                            next_rebalance = 0.0
+                        if now >= next_rebalance:
+                            await self._drain()
+                            await self._rebalance()
+                            next_rebalance = now + self.settings.rebalance_interval.total_seconds()
+                        if now >= next_lag:
+                            await self._refresh_lag()
+                            next_lag = now + self.settings.lag_interval.total_seconds()
+                        claimed = await self._cycle()
+                    except BaseException as exc:
+                        if not isinstance(exc, (KafkaError, _TransientPublishError)):
+                            await self._close_pg(release=False)
+                        raise
+            if claimed >= self.settings.batch_size:
+                idle = self.settings.min_poll_interval.total_seconds()
+                continue
+            if claimed:
+                idle = self.settings.min_poll_interval.total_seconds()
+            else:
+                idle = min(max_idle, max(idle * 2, self.settings.min_poll_interval.total_seconds()))
+            await self._sleep(idle)
+        if self._inflight is not None and self._conn is not None:
+            try:
+                await self._drain()
+            except Exception as exc:
+                log.warning(
+                    "relay %s: last batch not settled (%r); it will be re-sent", self.name, exc
+                )
+        log.info("relay %s: run loop stopped", self.name)
+
+    async def _connect_pg(self) -> None:
+        conn = await asyncpg.connect(
+            self.settings.postgres_dsn,
+            server_settings={"application_name": f"sagaflow-relay:{self.name}"},
+        )
+        try:
+            if self.settings.install_schema:
+                await install(conn, shard_count=self.settings.shard_count)
+            shard_count = await installed_shard_count(conn)
+            if shard_count != self.settings.shard_count:
+                log.warning(
+                    "relay %s: outbox installed with %d shards, settings say %d; using %d",
+                    self.name,
+                    shard_count,
+                    self.settings.shard_count,
+                    shard_count,
+                )
+            shards = ShardOwnership(conn, shard_count, self.name)
+            await shards.join()
+            if self.settings.listen:
+                await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        except BaseException:
+            conn.terminate()
+            raise
+        self._conn = conn
+        self._shards = shards
+        self._set_owned_gauges()
+
+    def _on_notify(self, *_args: Any) -> None:
+        self._wake.set()
+
+    async def _close_pg(self, *, release: bool) -> None:
+        conn, self._conn = self._conn, None
+        shards, self._shards = self._shards, None
+        # Rows of a batch in flight stay in the table; a later owner re-sends them.
+        self._inflight = None
+        if shards is not None:
+            for shard in shards.owned:
+                self.metrics.shard_owned.labels(str(shard)).set(0)
+        self.metrics.owned_shards.set(0)
+        if conn is None or conn.is_closed():
+            return
+        if release and shards is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(shards.release_all(), 5)
+        try:
+            await asyncio.wait_for(conn.close(), 5)
+        except Exception:
+            conn.terminate()
+
+    async def _rebalance(self) -> None:
+        assert self._shards is not None
+        acquired, released = await self._shards.rebalance()
+        for shard in released:
+            self.metrics.shard_owned.labels(str(shard)).set(0)
+        self.metrics.live_relays.set(self._shards.live_relays)
+        self._set_owned_gauges()
+        if acquired:
+            self._wake.set()
+
+    def _set_owned_gauges(self) -> None:
+        owned = self._shards.owned if self._shards is not None else {}
+        self.metrics.owned_shards.set(len(owned))
+        for shard in owned:
+            self.metrics.shard_owned.labels(str(shard)).set(1)
+
+    async def _refresh_lag(self) -> None:
+        assert self._conn is not None and self._shards is not None
+        owned = sorted(self._shards.owned)
+        count, age = await self._conn.fetchrow(_LAG, owned)
+        self.metrics.outbox_backlog.set(count or 0)
+        self.metrics.outbox_lag.set(max(age or 0.0, 0.0))
+        dead = await self._conn.fetchval("SELECT count(*) FROM sagaflow_outbox_dead_letter")
+        self.metrics.dead_letters.set(dead or 0)
+
+    async def _cycle(self) -> int:
+        """Claim the next batch while the previous one waits for Kafka, then settle the previous
+        one and send the next. Returns rows sent.
+
+        A batch is sent only once the previous batch's outcome is known, so a key that failed
+        there is held out of the next batch (per-key order); the claim of the next batch and the
+        delete of the previous one overlap Kafka's acknowledgement of the batch in flight.
+        """
+        conn, shards = self._conn, self._shards
+        assert conn is not None and shards is not None
+        inflight = self._inflight
+        rows: list[asyncpg.Record] = []
+        if shards.owned:
+            owned = sorted(shards.owned)
+            batch = self.settings.batch_size
+            per_shard = min(batch, max(64, 2 * -(-batch // len(owned))))
+            if inflight is None:
+                fetched = await conn.fetch(_CLAIM, owned, [per_shard] * len(owned), batch)
+                rows = list(fetched)
+            else:
+                # Rows in flight are still in the table: fetch past them and drop them here.
+                limits = [per_shard + inflight.per_shard.get(s, 0) for s in owned]
+                fetched = await conn.fetch(_CLAIM, owned, limits, batch + len(inflight.ids))
+                rows = [r for r in fetched if r["id"] not in inflight.ids][:batch]
+        outcome: _BatchOutcome | None = None
+        if inflight is not None:
+            self._inflight = None
+            outcome = await self._settle(inflight)
+            if outcome.stopped:
+                rows = [r for r in rows if r["key"] not in outcome.stopped]
+        if rows:
+            self.metrics.batch_size.observe(len(rows))
+            self._inflight = await self._send(rows, shards.owned)
+        if outcome is not None:
+            await self._commit(outcome)
+        return len(rows)
+
+    async def _drain(self) -> None:
+        """Settle and commit the batch in flight, if any."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            await self._commit(await self._settle(inflight))
+
+    async def _commit(self, outcome: _BatchOutcome) -> None:
+        conn = self._conn
+        assert conn is not None
+        if outcome.acked or outcome.dead_ids:
+            async with conn.transaction():
+                if outcome.dead_ids:
+                    await conn.execute(
+                        _DEAD_LETTER, outcome.dead_ids, outcome.dead_classes, outcome.dead_reasons
+                    )
+                await conn.execute(_DELETE, outcome.acked + outcome.dead_ids)
+            self.metrics.rows_published.inc(len(outcome.acked))
+            for cls, row_id, reason in zip(
+                outcome.dead_classes, outcome.dead_ids, outcome.dead_reasons, strict=True
+            ):
+                self.metrics.rows_dead_lettered.labels(cls).inc()
+                log.error("relay %s: outbox row %d dead-lettered: %s", self.name, row_id, reason)
+        if outcome.transient is not None:
+            raise _TransientPublishError(repr(outcome.transient)) from outcome.transient
+
+    def _headers(self, row: asyncpg.Record, epoch: int | None) -> list[tuple[str, bytes]]:
+        stored = json.loads(row["headers"])
+        if not isinstance(stored, dict):
+            raise InvalidMessageError("stored headers are not a JSON object")
+        headers: list[tuple[str, bytes]] = []
+        for name, value in stored.items():
+            if not isinstance(value, str):
+                raise InvalidMessageError(f"stored header {name!r} is not text")
+            headers.append((name, value.encode()))
+        headers.append((HEADER_MESSAGE_ID, str(row["message_id"]).encode()))
+        if epoch is not None:
+            headers.append((HEADER_RELAY_EPOCH, f"{row['shard']}.{epoch}".encode()))
+        return headers
+
+    def _traced(self, topic: str, headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """Continue the stored trace with a producer span (only when tracing is configured)."""
+        carrier = {k: v.decode() for k, v in headers if k in ("traceparent", "tracestate")}
+        parent = propagate.extract(carrier)
+        with self._tracer.start_as_current_span(
+            f"{topic} publish",
+            context=parent,
+            kind=trace.SpanKind.PRODUCER,
+            attributes={"messaging.system": "kafka", "messaging.destination.name": topic},
+        ):
+            fresh: dict[str, str] = {}
+            propagate.inject(fresh)
+        kept = [(k, v) for k, v in headers if k not in fresh]
+        return kept + [(k, v.encode()) for k, v in fresh.items()]
+
+    async def _send(self, rows: Sequence[asyncpg.Record], owned: dict[int, int]) -> _Inflight:
+        """Hand a batch to the producer; stop a key at its first row that cannot be sent."""
+        assert self._producer is not None
+        producer = self._producer
+        inflight = _Inflight(started=time.perf_counter())
+        outcome = inflight.outcome
+        tracing = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        epoch_header = self.settings.epoch_header
+        topics_ok = self._valid_topics
+        for row in rows:
+            key: str = row["key"]
+            if key in outcome.stopped:
+                continue
+            try:
+                topic: str = row["topic"]
+                ok = topics_ok.get(topic)
+                if ok is None:
+                    ok = topics_ok[topic] = valid_topic(topic)
+                if not ok:
+                    raise InvalidMessageError(f"invalid Kafka topic name {topic!r}")
+                headers = self._headers(row, owned.get(row["shard"]) if epoch_header else None)
+                if tracing:
+                    headers = self._traced(topic, headers)
+                fut = await producer.send(
+                    topic, bytes(row["payload"]), key=key.encode(), headers=headers
+                )
+            except (InvalidMessageError, KafkaError, ValueError, UnicodeError) as exc:
+                outcome.stopped.add(key)
+                if isinstance(exc, KafkaError) and _is_transient(exc):
+                    outcome.transient = exc
+                else:
+                    outcome.dead(row["id"], exc)
+                continue
+            inflight.add(row, fut)
+        return inflight
+
+    async def _settle(self, inflight: _Inflight) -> _BatchOutcome:
+        """Wait (bounded) for Kafka's acknowledgements and sort rows into acked, dead, kept."""
+        outcome = inflight.outcome
+        stopped = outcome.stopped
+        if inflight.pending:
+            await asyncio.wait(
+                [f for _, f in inflight.pending],
+                timeout=self.settings.publish_timeout.total_seconds(),
+            )
+            self.metrics.publish_latency.observe(time.perf_counter() - inflight.started)
+        for row, fut in inflight.pending:
+            key = row["key"]
+            if key in stopped:
+                # An earlier row of this key failed: keep this one so it is re-sent after it.
+                continue
+            if not fut.done():
+                stopped.add(key)
+                outcome.transient = TimeoutError("Kafka did not acknowledge in time")
+                continue
+            error = fut.exception()
+            if error is None:
+                outcome.acked.append(row["id"])
+                continue
+            stopped.add(key)
+            if _is_transient(error):
+                outcome.transient = error
+            else:
+                outcome.dead(row["id"], error)
+        return outcome

@@ -1,0 +1,74 @@
+"""Relay settings, read from ``SAGAFLOW_RELAY_*`` environment variables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from outbox_relay.schema import DEFAULT_SHARD_COUNT
+
+
+class RelaySettings(BaseSettings):
+    """How one relay process connects, batches, polls and shares shards."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGAFLOW_RELAY_", frozen=True, extra="ignore")
+
+    #: Postgres DSN of the database holding the outbox.
+    postgres_dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    #: Kafka bootstrap servers, comma separated.
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    #: Shard count used when this relay installs the schema; the installed count wins after.
+    shard_count: int = Field(default=DEFAULT_SHARD_COUNT, ge=1, le=32767)
+    #: Rows claimed and published per batch.
+    batch_size: int = Field(default=1000, ge=1, le=50_000)
+    #: Longest sleep between polls when the outbox is idle (the poll backs off up to this).
+    poll_interval: dt.timedelta = dt.timedelta(milliseconds=100)
+    #: Sleep after a batch that was not full (a full batch polls again at once).
+    min_poll_interval: dt.timedelta = dt.timedelta(milliseconds=5)
+    #: How often shard ownership is checked against the live relays.
+    rebalance_interval: dt.timedelta = dt.timedelta(seconds=1)
+    #: How often outbox lag and backlog gauges are refreshed.
+    lag_interval: dt.timedelta = dt.timedelta(seconds=2)
+    #: Longest wait for Kafka to acknowledge one batch before it is treated as a transient failure.
+    publish_timeout: dt.timedelta = dt.timedelta(seconds=30)
+    #: Longest wait for the batch in flight when stopping.
+    shutdown_timeout: dt.timedelta = dt.timedelta(seconds=20)
+    #: Largest serialised record the producer accepts; keep it below the broker's
+    #: ``message.max.bytes`` so oversized rows fail fast, before anything is sent.
+    max_request_size: int = Field(default=1_000_000, ge=1024)
+    #: aiokafka per-partition batch size in bytes, and linger.
+    producer_batch_bytes: int = Field(default=512 * 1024, ge=1024)
+    linger_ms: int = Field(default=5, ge=0)
+    #: Serve Prometheus ``/metrics`` on this port (off when unset).
+    metrics_port: int | None = None
+    metrics_addr: str = "0.0.0.0"
+    #: LISTEN for the optional writer hint on ``sagaflow_outbox`` (cheap for the relay).
+    listen: bool = True
+    #: Stamp each message with a ``sagaflow-relay-epoch`` header ``shard.epoch``.
+    epoch_header: bool = True
+    #: Create the outbox tables at start if missing.
+    install_schema: bool = True
+    #: Name of this relay in logs, the shard table and pg_stat_activity.
+    relay_id: str = Field(default_factory=lambda: f"relay-{uuid.uuid4().hex[:8]}")
+
+    @field_validator(
+        "poll_interval",
+        "min_poll_interval",
+        "rebalance_interval",
+        "lag_interval",
+        "publish_timeout",
+        "shutdown_timeout",
+        mode="before",
+    )
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        """Accept plain seconds (``"0.5"``) from the environment as well as ISO 8601."""
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
