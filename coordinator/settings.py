@@ -1,0 +1,52 @@
+"""Coordinator settings, read from ``SAGAFLOW_*`` environment variables."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+
+__all__ = ["CoordinatorSettings"]
+
+
+class CoordinatorSettings(BaseSettings):
+    """Where the coordinator's worker finds Postgres, Kafka and its saga definitions."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGAFLOW_", extra="ignore")
+
+    #: Postgres DSN of the coordinator's database.
+    dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    #: Kafka bootstrap servers, comma-separated.
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    #: Prefix of every topic (``<prefix>.replies``, ``<prefix>.<participant>.commands``).
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
+    #: Kafka consumer group shared by every worker replica.
+    group_id: str = "sagaflow-coordinator"
+    #: Saga classes to load, ``module:Class``; from the env as a comma-separated list.
+    sagas: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Apply pending migrations when the worker starts.
+    migrate_on_start: bool = False
+    #: Most replies fetched from Kafka and applied in one database transaction.
+    reply_batch_size: int = Field(default=200, ge=1, le=10_000)
+    #: How long a fetch waits for replies before handling what it has.
+    reply_fetch_timeout: timedelta = timedelta(milliseconds=200)
+    #: Most due timers claimed and fired in one transaction.
+    timer_batch_size: int = Field(default=100, ge=1, le=10_000)
+    #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.
+    timer_max_idle: timedelta = timedelta(seconds=1)
+    #: Connection pool bounds.
+    pool_min_size: int = Field(default=1, ge=0)
+    pool_max_size: int = Field(default=10, ge=1)
+    #: How long stop() lets in-flight batches finish before cancelling them.
+    shutdown_grace: timedelta = timedelta(seconds=10)
+
+    @field_validator("sagas", mode="before")
+    @classmethod
+    def _split_sagas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value

@@ -1,0 +1,201 @@
+"""Writing the effects of decisions: history rows, snapshots, outbox rows and timers.
+
+Everything here runs inside the caller's transaction, after the saga rows are locked, and
+batches each table's writes into one statement whatever the number of sagas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+import asyncpg
+
+from coordinator.engine import Decision, Event, TimerRequest
+from outbox_relay import OutboxMessage, enqueue
+from participant_sdk.protocol import (
+    HEADER_MESSAGE_KIND,
+    HEADER_PROTOCOL,
+    HEADER_TRACEPARENT,
+    HEADER_TRACESTATE,
+    KIND_COMMAND,
+    encode,
+)
+
+__all__ = ["Change", "LockedSaga", "write_changes"]
+
+
+@dataclass(slots=True)
+class LockedSaga:
+    """The columns of a locked saga row the writer needs, updated as events are applied."""
+
+    saga_id: UUID
+    saga_type: str
+    version: int
+    snapshot: dict[str, Any]
+    trace_context: dict[str, str]
+    history_seq: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LockedSaga:
+        return cls(
+            saga_id=row["id"],
+            saga_type=row["saga_type"],
+            version=row["saga_version"],
+            snapshot=json.loads(row["snapshot"]),
+            trace_context=json.loads(row["trace_context"]),
+            history_seq=row["history_seq"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One applied event: its history row and its decision's effects."""
+
+    saga: LockedSaga
+    seq: int
+    event: Event
+    decision: Decision
+    now: datetime
+    actor: str
+    #: A timer this event consumed (a fired timer), deleted with the change.
+    fired_timer: str | None = None
+
+
+LOCK_SAGAS: Final = """
+SELECT id, saga_type, saga_version, snapshot, trace_context, history_seq
+FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
+"""
+
+LOCK_SAGAS_SKIP_LOCKED: Final = """
+SELECT id, saga_type, saga_version, snapshot, trace_context, history_seq
+FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
+"""
+
+_INSERT_HISTORY: Final = """
+INSERT INTO saga_history (saga_id, seq, event, recorded_at, actor, annotation, ignored)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::json[], $4::timestamptz[], $5::text[],
+                     $6::jsonb[], $7::text[])
+"""
+
+_UPDATE_SAGAS: Final = """
+UPDATE sagas AS s
+SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = u.now,
+    last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END
+FROM unnest($1::uuid[], $2::text[], $3::json[], $4::bigint[], $5::timestamptz[], $6::bool[])
+     AS u(id, status, snapshot, seq, now, progress)
+WHERE s.id = u.id
+"""
+
+_INSERT_TIMERS: Final = """
+INSERT INTO timers (id, saga_id, due_at, step, phase, attempt, kind)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[],
+                     $6::int[], $7::text[])
+ON CONFLICT (id) DO NOTHING
+"""
+
+
+def command_headers(trace_context: Mapping[str, str]) -> dict[str, str]:
+    """Kafka headers of a command: its kind, the protocol and the saga's trace context."""
+    from participant_sdk.protocol import PROTOCOL_VERSION
+
+    headers = {HEADER_MESSAGE_KIND: KIND_COMMAND, HEADER_PROTOCOL: str(PROTOCOL_VERSION)}
+    for name in (HEADER_TRACEPARENT, HEADER_TRACESTATE):
+        value = trace_context.get(name)
+        if value:
+            headers[name] = value
+    return headers
+
+
+def _dumps(value: Any) -> str:
+    # Never sort keys: the state's mappings are ordered and replay depends on that order.
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change]) -> datetime | None:
+    """Persist ``changes`` (in order); return the earliest due time of the timers inserted."""
+    if not changes:
+        return None
+    await conn.execute(
+        _INSERT_HISTORY,
+        [c.saga.saga_id for c in changes],
+        [c.seq for c in changes],
+        [_dumps(c.event.to_json()) for c in changes],
+        [c.now for c in changes],
+        [c.actor for c in changes],
+        [_dumps([h.note for h in c.decision.history]) for c in changes],
+        [c.decision.ignored for c in changes],
+    )
+    # One snapshot update per saga: the last change of each wins.
+    last: dict[UUID, Change] = {}
+    progressed: dict[UUID, bool] = {}
+    for change in changes:
+        last[change.saga.saga_id] = change
+        progressed[change.saga.saga_id] = (
+            progressed.get(change.saga.saga_id, False) or change.decision.ignored is None
+        )
+    finals = list(last.values())
+    await conn.execute(
+        _UPDATE_SAGAS,
+        [c.saga.saga_id for c in finals],
+        [c.decision.state.status.value for c in finals],
+        [_dumps(c.decision.state.to_json()) for c in finals],
+        [c.seq for c in finals],
+        [c.now for c in finals],
+        [progressed[c.saga.saga_id] for c in finals],
+    )
+    messages = [
+        OutboxMessage(
+            topic=cmd.topic,
+            key=str(c.saga.saga_id),
+            payload=encode(cmd.envelope),
+            message_id=cmd.envelope.message_id,
+            headers=command_headers(c.saga.trace_context),
+        )
+        for c in changes
+        for cmd in c.decision.commands
+    ]
+    await enqueue(conn, messages)
+    return await _write_timers(conn, changes, finals)
+
+
+async def _write_timers(
+    conn: asyncpg.Connection, changes: Sequence[Change], finals: Sequence[Change]
+) -> datetime | None:
+    inserts: dict[str, tuple[UUID, TimerRequest]] = {}
+    deletes: set[str] = set()
+    for change in changes:
+        consumed = list(change.decision.cancel_timers)
+        if change.fired_timer is not None:
+            consumed.append(change.fired_timer)
+        for timer_id in consumed:
+            inserts.pop(timer_id, None)
+            deletes.add(timer_id)
+        for timer in change.decision.timers:
+            inserts[timer.timer_id] = (change.saga.saga_id, timer)
+            deletes.discard(timer.timer_id)
+    finished = [c.saga.saga_id for c in finals if c.decision.state.status.is_terminal]
+    if deletes:
+        await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])", sorted(deletes))
+    earliest: datetime | None = None
+    if inserts:
+        rows = [inserts[k] for k in sorted(inserts)]
+        await conn.execute(
+            _INSERT_TIMERS,
+            [t.timer_id for _, t in rows],
+            [saga_id for saga_id, _ in rows],
+            [t.due_at for _, t in rows],
+            [t.step for _, t in rows],
+            [t.phase.value for _, t in rows],
+            [t.attempt for _, t in rows],
+            [t.kind.value for _, t in rows],
+        )
+        earliest = min(t.due_at for _, t in rows)
+    if finished:
+        # A saga that ended needs no timer; the core cancels its own, this is the backstop.
+        await conn.execute("DELETE FROM timers WHERE saga_id = ANY($1::uuid[])", finished)
+    return earliest

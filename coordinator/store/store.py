@@ -1,0 +1,582 @@
+"""The Postgres saga store: every state change is one transaction.
+
+A change locks the saga row (``SELECT ... FOR NO KEY UPDATE``), calls the pure core with a
+``now`` read once here, appends the history row, rewrites the snapshot, and writes the commands
+to the outbox and the timers, then commits. Nothing here talks to Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol, Self
+from uuid import UUID, uuid4
+
+import asyncpg
+from opentelemetry import propagate
+from pydantic import ValidationError
+
+from coordinator.engine import (
+    CompiledSaga,
+    Decision,
+    EngineError,
+    Event,
+    SagaStarted,
+    SagaState,
+    TimerFired,
+    TimerKind,
+    advance,
+)
+from coordinator.engine import InvalidInput as EngineInvalidInput
+from coordinator.store import queries
+from coordinator.store._writes import (
+    LOCK_SAGAS,
+    LOCK_SAGAS_SKIP_LOCKED,
+    Change,
+    LockedSaga,
+    write_changes,
+)
+from coordinator.store.errors import (
+    InvalidInput,
+    SagaConflict,
+    SagaNotFound,
+    StoreError,
+    TransientStoreError,
+    UnknownSagaType,
+    UnknownSagaVersion,
+)
+from coordinator.store.records import (
+    ApplyOutcome,
+    ApplyResult,
+    HistoryRecord,
+    PendingEvent,
+    SagaPage,
+    SagaRecord,
+    StartResult,
+    TimerRecord,
+    VerifyResult,
+)
+from participant_sdk.dead_letters import DeadLetter, record_dead_letter
+from participant_sdk.protocol import Phase
+
+__all__ = ["RegistryLike", "SagaStore"]
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+#: Listener called after a commit that inserted timers, with the earliest due time.
+TimerListener = Callable[[datetime], None]
+
+_TRANSIENT: Final = (
+    asyncpg.SerializationError,
+    asyncpg.DeadlockDetectedError,
+    asyncpg.LockNotAvailableError,
+)
+#: Lost or refused connections (SQLSTATE class 08 and socket errors): retry, then report.
+CONNECTION_ERRORS: Final = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    OSError,
+)
+_ATTEMPTS: Final = 5
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RegistryLike(Protocol):
+    """What the store needs from ``coordinator.registry.SagaRegistry``."""
+
+    def get(self, name: str, version: int) -> CompiledSaga: ...
+
+    def latest(self, name: str) -> CompiledSaga: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Timer:
+    timer_id: str
+    saga_id: UUID
+    due_at: datetime
+    step: str
+    phase: str
+    attempt: int
+    kind: str
+
+
+class SagaStore:
+    """Saga state in Postgres. Build it on a pool, or let :meth:`open` own one."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        registry: RegistryLike,
+        *,
+        clock: Clock = utcnow,
+        owns_pool: bool = False,
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self._clock = clock
+        self._owns_pool = owns_pool
+        self._timer_listeners: list[TimerListener] = []
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        registry: RegistryLike,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        clock: Clock = utcnow,
+    ) -> Self:
+        pool = await asyncpg.create_pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            # A forgotten open transaction would pin the xmin horizon and bloat the queues.
+            server_settings={
+                "application_name": "sagaflow-coordinator",
+                "idle_in_transaction_session_timeout": "60000",
+            },
+        )
+        return cls(pool, registry, clock=clock, owns_pool=True)
+
+    async def close(self) -> None:
+        """Close the pool if this store opened it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool:
+            await self.pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def add_timer_listener(self, listener: TimerListener) -> None:
+        """Be told (after commit) when this store inserted a timer, so a sleeper can wake."""
+        self._timer_listeners.append(listener)
+
+    # -- definitions ------------------------------------------------------------------------
+
+    def definition(self, saga_type: str, version: int | None = None) -> CompiledSaga:
+        """The compiled definition, or :class:`UnknownSagaType` / :class:`UnknownSagaVersion`."""
+        known = _known_types(self.registry)
+        try:
+            if version is None:
+                return self.registry.latest(saga_type)
+            return self.registry.get(saga_type, version)
+        except (KeyError, LookupError, ValueError) as exc:
+            if known is not None and saga_type not in known:
+                raise UnknownSagaType(saga_type, known) from exc
+            if version is None:
+                raise UnknownSagaType(saga_type, known or ()) from exc
+            raise UnknownSagaVersion(
+                saga_type, version, _known_versions(self.registry, saga_type)
+            ) from exc
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection in a transaction: commit on a clean exit, roll back on an exception."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def _retrying(self, work: Callable[[asyncpg.Connection], Any]) -> Any:
+        delay = 0.01
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                async with self.transaction() as conn:
+                    return await work(conn)
+            except (*_TRANSIENT, *CONNECTION_ERRORS) as exc:
+                if attempt == _ATTEMPTS:
+                    raise TransientStoreError(str(exc)) from exc
+                log.debug("transient database error (attempt %d): %s", attempt, exc)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def _notify_timers(self, earliest: datetime | None) -> None:
+        if earliest is None:
+            return
+        for listener in self._timer_listeners:
+            try:
+                listener(earliest)
+            except Exception:  # a listener must not undo a committed change
+                log.exception("timer listener failed")
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def start_saga(
+        self,
+        saga_type: str,
+        input: Any,
+        *,
+        saga_id: UUID | None = None,
+        version: int | None = None,
+        actor: str = "api",
+        trace_context: dict[str, str] | None = None,
+    ) -> StartResult:
+        """Start a saga, idempotently by id.
+
+        The same id with the same type and input returns the existing saga
+        (``created=False``); the same id with another type or input raises
+        :class:`SagaConflict`. ``trace_context`` defaults to the current OpenTelemetry context.
+        """
+        definition = self.definition(saga_type, version)
+        try:
+            model = definition.input_model.model_validate(input)
+        except ValidationError as exc:
+            raise InvalidInput(saga_type, exc.errors(include_url=False)) from exc
+        data = model.model_dump(mode="json")
+        digest = hashlib.sha256(
+            json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        ).digest()
+        if trace_context is None:
+            trace_context = {}
+            propagate.inject(trace_context)
+        sid = saga_id or uuid4()
+        event = SagaStarted(
+            saga_id=sid,
+            saga_type=definition.name,
+            version=definition.version,
+            input=data,
+            trace_context=trace_context,
+        )
+
+        async def work(conn: asyncpg.Connection) -> tuple[bool, datetime | None]:
+            now = self._clock()
+            try:
+                decision = advance(definition, None, event, now)
+            except EngineInvalidInput as exc:
+                raise InvalidInput(saga_type, [{"loc": (), "msg": str(exc)}]) from exc
+            inserted = await conn.fetchval(
+                """
+                INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input_hash,
+                                   trace_context, history_seq, created_at, updated_at,
+                                   last_progress_at)
+                VALUES ($1, $2, $3, $4, $5::json, $6, $7::jsonb, 0, $8, $8, $8)
+                ON CONFLICT (id) DO NOTHING RETURNING true
+                """,
+                sid,
+                definition.name,
+                definition.version,
+                decision.state.status.value,
+                json.dumps(decision.state.to_json()),
+                digest,
+                json.dumps(trace_context),
+                now,
+            )
+            if not inserted:
+                row = await conn.fetchrow(
+                    "SELECT saga_type, saga_version, input_hash FROM sagas WHERE id = $1", sid
+                )
+                assert row is not None
+                if row["saga_type"] != definition.name:
+                    raise SagaConflict(sid, f"with type {row['saga_type']!r}")
+                if bytes(row["input_hash"]) != digest:
+                    raise SagaConflict(sid, "with a different input")
+                return False, None
+            locked = LockedSaga(
+                saga_id=sid,
+                saga_type=definition.name,
+                version=definition.version,
+                snapshot={},
+                trace_context=trace_context,
+                history_seq=0,
+            )
+            earliest = await write_changes(
+                conn, [Change(locked, 1, event, decision, now, actor)]
+            )
+            return True, earliest
+
+        created, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        record = await self.get_saga(sid)
+        assert record is not None
+        return StartResult(record=record, created=created)
+
+    # -- apply -----------------------------------------------------------------------------
+
+    async def apply(self, saga_id: UUID, event: Event, *, actor: str = "worker") -> ApplyResult:
+        """Apply one event to one saga in one transaction.
+
+        Raises :class:`SagaNotFound`, or the engine's ``InvalidTransition`` when the core
+        refuses the event (nothing is written then).
+        """
+        async def work(conn: asyncpg.Connection) -> tuple[ApplyResult, datetime | None]:
+            row = await conn.fetchrow(LOCK_SAGAS, [saga_id])
+            if row is None:
+                raise SagaNotFound(saga_id)
+            saga = LockedSaga.from_row(row)
+            now = self._clock()
+            decision = advance(self._definition_of(saga), _state(saga), event, now)
+            change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
+            earliest = await write_changes(conn, [change])
+            return _result(change), earliest
+
+        result, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        return result  # type: ignore[no-any-return]
+
+    async def apply_many(
+        self, events: Sequence[PendingEvent], *, dead_letters: Sequence[DeadLetter] = ()
+    ) -> list[ApplyResult]:
+        """Apply events of many sagas in ONE transaction; results follow ``events`` order.
+
+        Sagas are locked in id order (no deadlock between concurrent batches); several events
+        of one saga are applied in the given order. An event the core refuses, or one for an
+        unknown saga, does not fail the batch: it gets a ``rejected`` / ``not_found`` result
+        and its ``dead_letter``, if any, is stored in the same transaction, as are the
+        ``dead_letters`` given (records that never became events).
+        """
+        if not events and not dead_letters:
+            return []
+
+        async def work(
+            conn: asyncpg.Connection,
+        ) -> tuple[list[ApplyResult], datetime | None]:
+            ids = sorted({e.saga_id for e in events})
+            rows = await conn.fetch(LOCK_SAGAS, ids)
+            locked = {row["id"]: LockedSaga.from_row(row) for row in rows}
+            now = self._clock()
+            outcome = await self._apply_locked(conn, locked, events, now)
+            for letter in dead_letters:
+                await record_dead_letter(conn, letter)
+            return outcome
+
+        results, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        return results  # type: ignore[no-any-return]
+
+    async def _apply_locked(
+        self,
+        conn: asyncpg.Connection,
+        locked: dict[UUID, LockedSaga],
+        events: Sequence[PendingEvent],
+        now: datetime,
+        fired: Sequence[str | None] | None = None,
+    ) -> tuple[list[ApplyResult], datetime | None]:
+        states: dict[UUID, SagaState] = {}
+        results: list[ApplyResult] = []
+        changes: list[Change] = []
+        letters: list[DeadLetter] = []
+        for index, pending in enumerate(events):
+            saga = locked.get(pending.saga_id)
+            if saga is None:
+                results.append(ApplyResult(pending.saga_id, ApplyOutcome.NOT_FOUND,
+                                           reason=f"no saga with id {pending.saga_id}"))
+                _letter(letters, pending, f"no saga with id {pending.saga_id}")
+                continue
+            try:
+                state = states.get(saga.saga_id) or _state(saga)
+                decision = advance(self._definition_of(saga), state, pending.event, now)
+            except (EngineError, StoreError, ValidationError, LookupError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                results.append(ApplyResult(saga.saga_id, ApplyOutcome.REJECTED, reason=reason))
+                _letter(letters, pending, reason)
+                continue
+            except Exception as exc:  # a failing mapper or guard must not stop the batch
+                log.exception("advance failed for saga %s", saga.saga_id)
+                reason = f"advance failed: {type(exc).__name__}: {exc}"
+                results.append(ApplyResult(saga.saga_id, ApplyOutcome.REJECTED, reason=reason))
+                _letter(letters, pending, reason)
+                continue
+            saga.history_seq += 1
+            states[saga.saga_id] = decision.state
+            change = Change(
+                saga, saga.history_seq, pending.event, decision, now, pending.actor,
+                fired_timer=fired[index] if fired is not None else None,
+            )
+            changes.append(change)
+            results.append(_result(change))
+        earliest = await write_changes(conn, changes)
+        for letter in letters:
+            await record_dead_letter(conn, letter)
+        return results, earliest
+
+    def _definition_of(self, saga: LockedSaga) -> CompiledSaga:
+        return self.definition(saga.saga_type, saga.version)
+
+    # -- timers ----------------------------------------------------------------------------
+
+    async def fire_due_timers(self, *, now: datetime | None = None, limit: int = 100) -> int:
+        """Claim up to ``limit`` due timers and apply their ``TimerFired`` events.
+
+        One transaction: claim with ``FOR UPDATE SKIP LOCKED``, lock their sagas with
+        ``SKIP LOCKED`` too (a saga busy with another change keeps its timer for the next tick,
+        so a timer claim never waits while holding locks), apply, delete the fired timers.
+        Returns how many timers fired.
+        """
+
+        async def work(conn: asyncpg.Connection) -> tuple[int, datetime | None]:
+            at = now or self._clock()
+            rows = await conn.fetch(
+                """
+                SELECT id, saga_id, due_at, step, phase, attempt, kind FROM timers
+                WHERE due_at <= $1 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED
+                """,
+                at,
+                limit,
+            )
+            if not rows:
+                return 0, None
+            timers = [_Timer(r["id"], r["saga_id"], r["due_at"], r["step"], r["phase"],
+                             r["attempt"], r["kind"]) for r in rows]
+            ids = sorted({t.saga_id for t in timers})
+            locked = {
+                r["id"]: LockedSaga.from_row(r)
+                for r in await conn.fetch(LOCK_SAGAS_SKIP_LOCKED, ids)
+            }
+            missing = [i for i in ids if i not in locked]
+            if missing:
+                existing = {
+                    r["id"] for r in await conn.fetch(
+                        "SELECT id FROM sagas WHERE id = ANY($1::uuid[])", missing)
+                }
+                orphans = [t.timer_id for t in timers
+                           if t.saga_id in set(missing) - existing]
+                if orphans:
+                    await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])", orphans)
+            due = sorted((t for t in timers if t.saga_id in locked),
+                         key=lambda t: (t.saga_id, t.due_at, t.timer_id))
+            pending = [
+                PendingEvent(
+                    t.saga_id,
+                    TimerFired(timer_id=t.timer_id, step=t.step, phase=Phase(t.phase),
+                               attempt=t.attempt, kind=TimerKind(t.kind)),
+                    actor="timer",
+                )
+                for t in due
+            ]
+            results, earliest = await self._apply_locked(
+                conn, locked, pending, at, fired=[t.timer_id for t in due]
+            )
+            rejected = [t.timer_id for t, r in zip(due, results, strict=True)
+                        if r.outcome is ApplyOutcome.REJECTED]
+            if rejected:
+                # The core refused it; firing again would fail the same way. Keep the reason.
+                log.error("timers refused by the core and dropped: %s (%s)", rejected,
+                          [r.reason for r in results if r.outcome is ApplyOutcome.REJECTED])
+                await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])", rejected)
+            return len(due), earliest
+
+        fired, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        return fired  # type: ignore[no-any-return]
+
+    async def next_timer_due(self) -> datetime | None:
+        """When the earliest timer is due (None when there is none)."""
+        async with self.pool.acquire() as conn:
+            value: datetime | None = await conn.fetchval("SELECT min(due_at) FROM timers")
+            return value
+
+    async def list_timers(self, saga_id: UUID) -> list[TimerRecord]:
+        async with self.pool.acquire() as conn:
+            return await queries.list_timers(conn, saga_id)
+
+    # -- dead letters ----------------------------------------------------------------------
+
+    async def record_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
+        """Store dead letters (a redelivered record is stored once); return how many are new."""
+        letters = list(letters)
+        if not letters:
+            return 0
+        async with self.transaction() as conn:
+            return sum([await record_dead_letter(conn, letter) for letter in letters])
+
+    # -- queries ---------------------------------------------------------------------------
+
+    async def get_saga(self, saga_id: UUID) -> SagaRecord | None:
+        async with self.pool.acquire() as conn:
+            return await queries.get_saga(conn, saga_id)
+
+    async def get_history(self, saga_id: UUID) -> list[HistoryRecord]:
+        async with self.pool.acquire() as conn:
+            return await queries.get_history(conn, saga_id)
+
+    async def list_sagas(
+        self,
+        *,
+        saga_type: str | None = None,
+        version: int | None = None,
+        status: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SagaPage:
+        """Sagas newest first, filtered; pass ``next_cursor`` back for the next page."""
+        async with self.pool.acquire() as conn:
+            return await queries.list_sagas(
+                conn, saga_type=saga_type, version=version, status=status,
+                created_after=created_after, created_before=created_before,
+                limit=limit, cursor=cursor,
+            )
+
+    async def verify(self, saga_id: UUID) -> VerifyResult:
+        """Replay the history (from the latest checkpoint) and compare with the snapshot."""
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            return await queries.verify(conn, saga_id, self._definition_for)
+
+    async def compact(self, saga_id: UUID, *, archive: bool = False) -> int:
+        """Checkpoint the saga's verified state at its current seq; return that seq.
+
+        With ``archive=True`` the history rows up to the checkpoint move to
+        ``saga_history_archive`` (never modified); without it nothing in history changes.
+        """
+        async with self.transaction() as conn:
+            return await queries.compact(conn, saga_id, self._definition_for, archive=archive)
+
+    async def compact_many(self, *, min_new_events: int = 100, limit: int = 1000,
+                           archive: bool = False) -> int:
+        """Checkpoint every saga with ``min_new_events`` events since its last checkpoint."""
+        async with self.pool.acquire() as conn:
+            ids = await queries.sagas_needing_checkpoint(conn, min_new_events, limit)
+        for saga_id in ids:
+            await self.compact(saga_id, archive=archive)
+        return len(ids)
+
+    def _definition_for(self, saga_type: str, version: int) -> CompiledSaga:
+        return self.definition(saga_type, version)
+
+
+def _state(saga: LockedSaga) -> SagaState:
+    return SagaState.from_json(saga.snapshot)
+
+
+def _result(change: Change) -> ApplyResult:
+    decision: Decision = change.decision
+    outcome = ApplyOutcome.IGNORED if decision.ignored is not None else ApplyOutcome.APPLIED
+    return ApplyResult(change.saga.saga_id, outcome, status=decision.state.status.value,
+                       seq=change.seq, reason=decision.ignored)
+
+
+def _letter(letters: list[DeadLetter], pending: PendingEvent, reason: str) -> None:
+    if pending.dead_letter is not None:
+        letters.append(replace(pending.dead_letter, reason=reason))
+
+
+def _known_types(registry: Any) -> list[str] | None:
+    names = getattr(registry, "names", None)
+    return sorted(str(n) for n in names()) if callable(names) else None
+
+
+def _known_versions(registry: Any, saga_type: str) -> list[int]:
+    types = getattr(registry, "types", None)  # SagaRegistry.types(): compiled definitions
+    if callable(types):
+        return sorted(d.version for d in types() if d.name == saga_type)
+    return []

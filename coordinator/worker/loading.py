@@ -1,0 +1,45 @@
+"""Importing saga classes named ``module:Class`` and registering them."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from coordinator.definition import Saga
+
+__all__ = ["SagaImportError", "build_registry", "import_saga"]
+
+
+class SagaImportError(ValueError):
+    """A ``module:Class`` spec does not name an importable saga class."""
+
+
+def import_saga(spec: str) -> type[Saga]:
+    """The saga class ``spec`` (``package.module:ClassName``) names."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SagaImportError(f"saga spec {spec!r} must look like 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SagaImportError(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise SagaImportError(f"{module_name!r} has no attribute {attr!r}") from exc
+    if not (isinstance(target, type) and issubclass(target, Saga)):
+        raise SagaImportError(f"{spec!r} is {target!r}, not a Saga subclass")
+    return target
+
+
+def build_registry(specs: Iterable[str | type[Saga]], *, topic_prefix: str) -> Any:
+    """A ``SagaRegistry`` holding the given classes (or specs), compiled for ``topic_prefix``."""
+    from coordinator.registry import SagaRegistry
+
+    registry = SagaRegistry(topic_prefix=topic_prefix)
+    for item in specs:
+        registry.register(import_saga(item) if isinstance(item, str) else item)
+    return registry

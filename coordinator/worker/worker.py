@@ -1,0 +1,240 @@
+"""The long-lived coordinator worker: a Kafka reply consumer and a timer loop.
+
+Both loops hold nothing that matters in memory. The reply loop commits Kafka offsets only after
+the database transaction that applied the batch committed; the timer loop claims due timers
+with ``SKIP LOCKED``. So any number of replicas can run, and any can be killed at any moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from coordinator.migrations import migrate
+from coordinator.serverless import fire_due_timers, handle_reply_batch
+from coordinator.settings import CoordinatorSettings
+from coordinator.store import SagaStore
+from participant_sdk.protocol import reply_topic
+
+__all__ = ["Worker", "WorkerStateError"]
+
+log = logging.getLogger(__name__)
+
+_MIN_SLEEP = 0.05
+_ERROR_BACKOFF = 1.0
+
+
+class WorkerStateError(RuntimeError):
+    """start() called twice, or after stop()."""
+
+
+class Worker:
+    """Runs the reply consumer and the timer loop until :meth:`stop` (or SIGTERM)."""
+
+    def __init__(
+        self,
+        settings: CoordinatorSettings,
+        registry: Any,
+        *,
+        store: SagaStore | None = None,
+        name: str = "worker",
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.name = name
+        self._store = store
+        self._owns_store = store is None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._sleep_until: datetime | None = None
+        self._started = False
+        self._stopped = False
+        #: Counters for tests and logs.
+        self.batches = 0
+        self.timers_fired = 0
+
+    @property
+    def store(self) -> SagaStore:
+        if self._store is None:
+            raise WorkerStateError("worker not started")
+        return self._store
+
+    def assignment(self) -> set[TopicPartition]:
+        """Reply partitions this replica currently owns."""
+        return set(self._consumer.assignment()) if self._consumer is not None else set()
+
+    async def start(self) -> None:
+        if self._started:
+            raise WorkerStateError("worker already started")
+        self._started = True
+        s = self.settings
+        if self._store is None:
+            self._store = await SagaStore.open(
+                s.dsn, self.registry, min_size=s.pool_min_size, max_size=s.pool_max_size
+            )
+        if s.migrate_on_start:
+            async with self.store.pool.acquire() as conn:
+                await migrate(conn)
+        self.store.add_timer_listener(self._on_timer_scheduled)
+        consumer = AIOKafkaConsumer(
+            reply_topic(s.topic_prefix),
+            bootstrap_servers=s.kafka_bootstrap,
+            group_id=s.group_id,
+            client_id=f"sagaflow-{self.name}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=s.reply_batch_size,
+        )
+        await consumer.start()
+        self._consumer = consumer
+        self._tasks = [
+            asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
+            asyncio.create_task(self._timer_loop(), name=f"{self.name}-timers"),
+        ]
+        log.info("%s started (group %s)", self.name, s.group_id)
+
+    async def stop(self) -> None:
+        """Let the batch in flight finish (bounded), leave the group, close (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        self._wake.set()
+        if self._tasks:
+            _, pending = await asyncio.wait(
+                self._tasks, timeout=self.settings.shutdown_grace.total_seconds()
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._owns_store and self._store is not None:
+            await self._store.close()
+        log.info("%s stopped", self.name)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def run(self) -> None:
+        """Start, run until SIGTERM/SIGINT or a loop crash, then stop."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        try:
+            await self.start()
+            stop_wait = asyncio.create_task(self._stopping.wait())
+            done, _ = await asyncio.wait(
+                [stop_wait, *self._tasks], return_when=asyncio.FIRST_COMPLETED
+            )
+            stop_wait.cancel()
+            for task in done:
+                if task is not stop_wait and not task.cancelled() and task.exception():
+                    log.error("%s: %s crashed", self.name, task.get_name(),
+                              exc_info=task.exception())
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+    # -- reply loop -------------------------------------------------------------------------
+
+    async def _reply_loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        timeout_ms = int(self.settings.reply_fetch_timeout.total_seconds() * 1000)
+        while not self._stopping.is_set():
+            try:
+                batch = await consumer.getmany(
+                    timeout_ms=timeout_ms, max_records=self.settings.reply_batch_size
+                )
+            except KafkaError:
+                log.exception("%s: fetching replies failed", self.name)
+                await self._pause(_ERROR_BACKOFF)
+                continue
+            if not batch:
+                continue
+            records = [r for part in batch.values() for r in part]
+            try:
+                result = await handle_reply_batch(self.store, records)
+            except Exception:
+                # Nothing was committed: rewind so the batch is fetched again.
+                log.exception("%s: applying %d replies failed; will retry", self.name,
+                              len(records))
+                for tp, part in batch.items():
+                    with contextlib.suppress(IllegalStateError):
+                        consumer.seek(tp, part[0].offset)
+                await self._pause(_ERROR_BACKOFF)
+                continue
+            self.batches += 1
+            if result.dead_lettered:
+                log.warning("%s: %d reply records dead-lettered", self.name,
+                            result.dead_lettered)
+            await self._commit(consumer, batch)
+
+    async def _commit(self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, Any]) -> None:
+        offsets = {tp: OffsetAndMetadata(part[-1].offset + 1, "") for tp, part in batch.items()}
+        try:
+            await consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
+            # Rebalanced meanwhile: the new owner re-reads these replies; the core ignores
+            # them as duplicates, so this loses nothing.
+            log.warning("%s: offset commit failed (%s); replies will be redelivered",
+                        self.name, exc)
+
+    # -- timer loop -------------------------------------------------------------------------
+
+    def _on_timer_scheduled(self, due_at: datetime) -> None:
+        if self._sleep_until is None or due_at < self._sleep_until:
+            self._wake.set()
+
+    async def _timer_loop(self) -> None:
+        limit = self.settings.timer_batch_size
+        max_idle = self.settings.timer_max_idle.total_seconds()
+        while not self._stopping.is_set():
+            try:
+                fired = await fire_due_timers(self.store, limit=limit)
+                self.timers_fired += fired
+                if fired >= limit:
+                    continue
+                next_due = await self.store.next_timer_due()
+            except Exception:
+                log.exception("%s: firing timers failed", self.name)
+                await self._pause(_ERROR_BACKOFF)
+                continue
+            now = datetime.now(UTC)
+            if next_due is None:
+                delay = max_idle
+            else:
+                # A due timer that did not fire belongs to a saga busy elsewhere: back off a bit.
+                delay = min(max((next_due - now).total_seconds(), _MIN_SLEEP), max_idle)
+            await self._sleep(delay)
+
+    async def _sleep(self, seconds: float) -> None:
+        self._sleep_until = datetime.fromtimestamp(datetime.now(UTC).timestamp() + seconds, UTC)
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        self._sleep_until = None
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)

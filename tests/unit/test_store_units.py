@@ -1,0 +1,87 @@
+"""Store, worker and CLI pieces that need no services."""
+
+from __future__ import annotations
+
+import pytest
+
+import coordinator.store as store_pkg
+import coordinator.worker as worker_pkg
+from coordinator.cli import _parser
+from coordinator.migrations import discover
+from coordinator.settings import CoordinatorSettings
+from coordinator.store import InvalidInput, UnknownSagaType, UnknownSagaVersion
+from coordinator.store._writes import command_headers
+from coordinator.store.queries import _decode_cursor, _encode_cursor
+from coordinator.worker import SagaImportError, import_saga
+
+
+def test_public_surface_is_pinned() -> None:
+    assert set(store_pkg.__all__) == {
+        "ApplyOutcome", "ApplyResult", "HistoryRecord", "InvalidInput", "PendingEvent",
+        "SagaConflict", "SagaNotFound", "SagaPage", "SagaRecord", "SagaStore", "StartResult",
+        "StoreError", "TimerRecord", "TransientStoreError", "UnknownSagaType",
+        "UnknownSagaVersion", "VerifyResult",
+    }
+    assert set(worker_pkg.__all__) == {
+        "SagaImportError", "Worker", "WorkerStateError", "build_registry", "import_saga",
+    }
+
+
+def test_migrations_are_numbered_and_ordered() -> None:
+    migrations = discover()
+    assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
+    assert "CREATE TABLE sagas" in migrations[0].sql
+    assert len(migrations[0].checksum) == 64
+
+
+def test_settings_read_saga_list_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGAFLOW_SAGAS", "a.b:C, d.e:F")
+    monkeypatch.setenv("SAGAFLOW_REPLY_BATCH_SIZE", "50")
+    settings = CoordinatorSettings()
+    assert settings.sagas == ["a.b:C", "d.e:F"] and settings.reply_batch_size == 50
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("nocolon", "must look like"), ("no_such_module_x:Saga", "cannot import"),
+     ("coordinator.settings:Nope", "no attribute"),
+     ("coordinator.settings:CoordinatorSettings", "not a Saga subclass")],
+)
+def test_import_saga_explains_bad_specs(spec: str, message: str) -> None:
+    with pytest.raises(SagaImportError, match=message):
+        import_saga(spec)
+
+
+def test_errors_are_readable() -> None:
+    assert "known types: a, b" in str(UnknownSagaType("x", ["b", "a"]))
+    assert "registered versions: 1, 2" in str(UnknownSagaVersion("a", 3, [2, 1]))
+    err = InvalidInput("a", [{"loc": ("amount",), "msg": "too small"}])
+    assert "amount: too small" in str(err) and err.errors[0]["loc"] == ("amount",)
+    assert not InvalidInput.retryable
+
+
+def test_cursor_round_trips_and_rejects_garbage() -> None:
+    from datetime import UTC, datetime
+    from uuid import uuid4
+
+    at, sid = datetime(2026, 1, 1, tzinfo=UTC), uuid4()
+    assert _decode_cursor(_encode_cursor(at, sid)) == (at, sid)
+    with pytest.raises(store_pkg.StoreError, match="invalid cursor"):
+        _decode_cursor("bm9wZQ==")
+
+
+def test_command_headers_carry_kind_protocol_and_trace() -> None:
+    headers = command_headers({"traceparent": "00-a-b-01", "other": "x"})
+    assert headers == {"saga-message-kind": "command", "saga-protocol": "1",
+                       "traceparent": "00-a-b-01"}
+
+
+def test_cli_parses_every_verb() -> None:
+    parser = _parser()
+    args = parser.parse_args(["worker", "--saga", "a:B", "--saga", "c:D", "--migrate"])
+    assert args.saga == ["a:B", "c:D"] and args.migrate
+    args = parser.parse_args(["verify", "00000000-0000-0000-0000-000000000001"])
+    assert len(args.saga_id) == 1
+    args = parser.parse_args(["compact", "--min-events", "5", "--archive"])
+    assert args.min_events == 5 and args.archive and args.saga_id == []
+    assert parser.parse_args(["migrate", "--dsn", "postgresql://x"]).dsn == "postgresql://x"
