@@ -1,1 +1,27 @@
-"""Local development services (Postgres, Kafka, Jaeger) for the demo, tests and benchmarks."""
+"""Local development services (Postgres, Kafka, Jaeger) for the demo, tests and benchmarks.
+
+``python -m devstack up|down|status|env [postgres|kafka|jaeger|all]`` drives them from a shell;
+:func:`provision` hands them to the test fixtures.
+"""
+
+from devstack.config import Settings
+from devstack.errors import DevstackError, ProvisionError, ServiceError
+from devstack.jaeger import Jaeger
+from devstack.kafka import Kafka
+from devstack.postgres import Postgres
+from devstack.provision import provision
+from devstack.service import Service, State, Status
+
+__all__ = [
+    "DevstackError",
+    "Jaeger",
+    "Kafka",
+    "Postgres",
+    "ProvisionError",
+    "Service",
+    "ServiceError",
+    "Settings",
+    "State",
+    "Status",
+    "provision",
+]

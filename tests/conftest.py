@@ -33,6 +33,18 @@ def kafka_bootstrap(services: Endpoints) -> str:
     return services.kafka_bootstrap()
 
 
+@pytest.fixture(scope="session")
+def jaeger_otlp(services: Endpoints) -> str:
+    """OTLP/HTTP base URL of Jaeger's collector (append ``/v1/traces``)."""
+    return services.jaeger_otlp()
+
+
+@pytest.fixture(scope="session")
+def jaeger_query(services: Endpoints) -> str:
+    """Base URL of Jaeger's query API (``/api/traces/{trace_id}``)."""
+    return services.jaeger_query()
+
+
 @pytest.fixture
 async def fresh_db(pg_url: str) -> AsyncIterator[str]:
     """URL of a new, empty database that is dropped after the test."""

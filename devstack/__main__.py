@@ -1,0 +1,3 @@
+from devstack.cli import main
+
+raise SystemExit(main())

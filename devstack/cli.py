@@ -1,0 +1,74 @@
+"""``python -m devstack up|down|status|env [postgres|kafka|jaeger|all]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+
+from devstack import stack
+from devstack.acquire import ENV_JAEGER_OTLP, ENV_JAEGER_QUERY, ENV_KAFKA, ENV_POSTGRES
+from devstack.config import Settings
+from devstack.errors import DevstackError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
+    p.add_argument("command", choices=["up", "down", "status", "env"])
+    p.add_argument("service", nargs="?", default="all", choices=[*stack.NAMES, "all"])
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def fixture_env(settings: Settings) -> dict[str, str]:
+    """The SAGAFLOW_TEST_* variables that point the test fixtures at the local services."""
+    return {
+        ENV_POSTGRES: settings.postgres_url,
+        ENV_KAFKA: settings.kafka_bootstrap,
+        ENV_JAEGER_OTLP: settings.jaeger_otlp_url,
+        ENV_JAEGER_QUERY: settings.jaeger_query_url,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="devstack: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    settings = Settings.from_env()
+    if args.command == "env":
+        for key, value in fixture_env(settings).items():
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
+    services = stack.select(settings, args.service)
+    if args.command == "down":
+        services.reverse()
+    ok = True
+    for service in services:
+        started = time.monotonic()
+        try:
+            if args.command == "up":
+                status = service.up()
+            elif args.command == "down":
+                status = service.down()
+            else:
+                status = service.status()
+        except DevstackError as exc:
+            print(f"{service.name:<9} FAILED     {exc}", file=sys.stderr)
+            ok = False
+            continue
+        took = time.monotonic() - started
+        print(status.line() + (f" ({took:.1f}s)" if args.command != "status" else ""))
+        if args.command == "up" and not status.usable:
+            ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""The Jaeger v2 all-in-one (in-memory storage), built from its Go module with ``go build``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from devstack import procs
+from devstack.config import HOST, RESOURCES
+from devstack.errors import ServiceError
+from devstack.service import Service
+
+JAEGER_PACKAGE = "github.com/jaegertracing/jaeger/cmd/jaeger"
+TOOL_MODULE = RESOURCES / "jaeger"  # go.mod/go.sum pinning the Jaeger version
+
+log = logging.getLogger(__name__)
+
+CONFIG = """\
+service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    resource:
+      service.name: jaeger
+    metrics:
+      level: none
+    logs:
+      level: info
+extensions:
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 100000
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: {host}:{query}
+    grpc:
+      endpoint: {host}:{query_grpc}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: {host}:{otlp_grpc}
+      http:
+        endpoint: {host}:{otlp_http}
+processors:
+  batch:
+    timeout: 200ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+"""
+
+
+class Jaeger(Service):
+    name = "jaeger"
+    start_timeout = 60.0
+
+    @property
+    def address(self) -> str:
+        return f"otlp-http={self.settings.jaeger_otlp_url} query={self.settings.jaeger_query_url}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "jaeger.log"
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "config.yaml"
+
+    def ports(self) -> list[int]:
+        s = self.settings
+        return [
+            s.jaeger_otlp_grpc_port,
+            s.jaeger_otlp_http_port,
+            s.jaeger_query_port,
+            s.jaeger_query_grpc_port,
+        ]
+
+    def pid(self) -> int | None:
+        return procs.pid_running(self.dir / "jaeger.pid", str(self.config))
+
+    def healthy(self) -> bool:
+        if not procs.port_open(self.settings.jaeger_otlp_http_port):
+            return False
+        url = f"{self.settings.jaeger_query_url}/api/services"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def binary(self) -> Path:
+        if env := os.environ.get("SAGAFLOW_JAEGER_BIN"):
+            return Path(env)
+        digest = hashlib.sha256(
+            (TOOL_MODULE / "go.mod").read_bytes() + (TOOL_MODULE / "go.sum").read_bytes()
+        ).hexdigest()[:12]
+        return self.settings.cache / f"jaeger-{digest}" / "jaeger"
+
+    def install(self) -> None:
+        build_binary(self.binary())
+        s = self.settings
+        self.config.write_text(
+            CONFIG.format(
+                host=HOST,
+                query=s.jaeger_query_port,
+                query_grpc=s.jaeger_query_grpc_port,
+                otlp_grpc=s.jaeger_otlp_grpc_port,
+                otlp_http=s.jaeger_otlp_http_port,
+            )
+        )
+
+    def start(self) -> None:
+        procs.spawn_detached(
+            [str(self.binary()), "--config", str(self.config)],
+            pid_file=self.dir / "jaeger.pid",
+            log_file=self.log_file,
+            cwd=self.dir,
+        )
+
+    def stop(self, pid: int) -> None:
+        procs.terminate(pid, timeout=20)
+
+
+def build_binary(target: Path) -> None:
+    """``go build`` Jaeger from the pinned tool module into ``target`` unless it is there."""
+    if target.is_file():
+        return
+    go = shutil.which("go")
+    if go is None:
+        raise ServiceError("Jaeger is built from source: install Go 1.24+ (`go` on PATH)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(target.name + ".tmp")
+    log.info("building Jaeger into %s (a few minutes the first time)", target)
+    procs.run(
+        [go, "build", "-C", str(TOOL_MODULE), "-o", str(staging), JAEGER_PACKAGE],
+        timeout=1800,
+    )
+    staging.rename(target)
