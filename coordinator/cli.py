@@ -1,4 +1,4 @@
-"""``python -m coordinator <verb>``: migrate, worker, verify, compact.
+"""``python -m coordinator <verb>``: migrate, worker, api, verify, compact, diagram.
 
 Each verb is one small function; options override ``SAGAFLOW_*`` environment settings.
 """
@@ -15,10 +15,13 @@ from uuid import UUID
 
 import asyncpg
 
+from coordinator.diagram import main_diagram
 from coordinator.migrations import migrate
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore, StoreError
 from coordinator.worker import SagaImportError, Worker, build_registry
+from participant_sdk.logging_config import configure_logging
+from participant_sdk.telemetry import configure as configure_telemetry
 
 __all__ = ["main"]
 
@@ -55,7 +58,21 @@ def _registry(settings: CoordinatorSettings) -> Any:
 
 
 async def cmd_worker(args: argparse.Namespace, settings: CoordinatorSettings) -> int:
+    configure_telemetry("sagaflow-coordinator")
     await Worker(settings, _registry(settings)).run()
+    return 0
+
+
+async def cmd_api(args: argparse.Namespace, settings: CoordinatorSettings) -> int:
+    from coordinator.api import ApiSettings, serve
+
+    configure_telemetry("sagaflow-api")
+    given = (("dsn", args.dsn), ("api_host", args.host), ("api_port", args.port),
+             ("topic_prefix", args.topic_prefix))
+    overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
+    if args.saga:
+        overrides["sagas"] = list(args.saga)
+    await serve(ApiSettings(**overrides))
     return 0
 
 
@@ -98,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     verb("migrate", cmd_migrate, "apply pending schema migrations")
+    verbs.add_parser("diagram", add_help=False,
+                     help="draw a saga class's state machine (Mermaid, or --json)")
     worker = verb("worker", cmd_worker, "run the reply consumer and the timer loop")
     worker.add_argument("--kafka-bootstrap", dest="kafka_bootstrap")
     worker.add_argument("--topic-prefix", dest="topic_prefix")
@@ -111,7 +130,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="without ids: checkpoint sagas with this many new events")
     compact.add_argument("--archive", action="store_true",
                          help="move history rows behind the checkpoint to the archive table")
-    for sub in (worker, verify, compact):
+    api = verb("api", cmd_api, "serve the operator HTTP API (SAGAFLOW_API_*)")
+    api.add_argument("--host", help="bind address (SAGAFLOW_API_HOST)")
+    api.add_argument("--port", type=int, help="port (SAGAFLOW_API_PORT)")
+    for sub in (worker, verify, compact, api):
         sub.add_argument("--saga", action="append", metavar="MODULE:CLASS",
                          help="saga class to load (repeatable; SAGAFLOW_SAGAS)")
         if sub is not worker:
@@ -120,11 +142,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["diagram"]:  # needs no database: its own small parser
+        return main_diagram(given[1:])
+    args = _parser().parse_args(given)
+    configure_logging("sagaflow-coordinator", level=logging.DEBUG if args.verbose else None)
     try:
         settings = _settings(args)
         code: int = asyncio.run(args.fn(args, settings))

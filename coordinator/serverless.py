@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Protocol
 
 from coordinator.engine import ReplyReceived
+from coordinator.observability.tracing import ReplySpans
 from coordinator.store import (
     ApplyOutcome,
     ApplyResult,
@@ -71,6 +72,7 @@ async def handle_reply_batch(
     """
     pending: list[PendingEvent] = []
     undecodable: list[DeadLetter] = []
+    spans = ReplySpans()  # one span per reply, continuing the reply's trace
     for record in records:
         letter = DeadLetter(
             source=source,
@@ -96,18 +98,25 @@ async def handle_reply_batch(
                 ReplyReceived(reply=reply),
                 actor=f"participant:{reply.participant}",
                 dead_letter=letter,
+                trace_context=spans.start(record, reply),
             )
         )
     try:
         results = await store.apply_many(pending, dead_letters=undecodable)
-    except (TransientStoreError, *CONNECTION_ERRORS):
+    except (TransientStoreError, *CONNECTION_ERRORS) as exc:
+        spans.fail(exc)
         raise
     except Exception as exc:
         # Something in the batch fails for good (a poison event). Isolate it so the others
         # go through and it becomes a dead letter instead of blocking the partition.
         log.warning("reply batch failed (%s); applying its %d events one by one", exc,
                     len(pending))
-        results = await _one_by_one(store, pending, undecodable)
+        try:
+            results = await _one_by_one(store, pending, undecodable)
+        except BaseException as again:
+            spans.fail(again)
+            raise
+    spans.finish(results)
     rejected = sum(
         r.outcome in (ApplyOutcome.NOT_FOUND, ApplyOutcome.REJECTED) for r in results
     )

@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from outbox_relay.relay import Relay
 from outbox_relay.settings import RelaySettings
+from participant_sdk.logging_config import configure_logging
+from participant_sdk.telemetry import configure as configure_telemetry
 
 log = logging.getLogger("outbox_relay")
 
@@ -42,9 +44,8 @@ async def run(settings: RelaySettings) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; settings come from ``SAGAFLOW_RELAY_*`` environment variables."""
     del argv
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging("sagaflow-relay")
+    configure_telemetry("sagaflow-relay")
     settings = RelaySettings()
     try:
         asyncio.run(run(settings))

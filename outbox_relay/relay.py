@@ -459,15 +459,26 @@ class Relay:
             headers.append((HEADER_RELAY_EPOCH, f"{row['shard']}.{epoch}".encode()))
         return headers
 
-    def _traced(self, topic: str, headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    def _traced(
+        self, topic: str, headers: list[tuple[str, bytes]], row: asyncpg.Record
+    ) -> list[tuple[str, bytes]]:
         """Continue the stored trace with a producer span (only when tracing is configured)."""
         carrier = {k: v.decode() for k, v in headers if k in ("traceparent", "tracestate")}
         parent = propagate.extract(carrier)
         with self._tracer.start_as_current_span(
-            f"{topic} publish",
+            f"send {topic}",
             context=parent,
             kind=trace.SpanKind.PRODUCER,
-            attributes={"messaging.system": "kafka", "messaging.destination.name": topic},
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+                "messaging.destination.name": topic,
+                "messaging.message.id": str(row["message_id"]),
+                "messaging.kafka.message.key": row["key"],
+                "sagaflow.outbox.id": row["id"],
+                "sagaflow.outbox.shard": row["shard"],
+            },
         ):
             fresh: dict[str, str] = {}
             propagate.inject(fresh)
@@ -496,7 +507,7 @@ class Relay:
                     raise InvalidMessageError(f"invalid Kafka topic name {topic!r}")
                 headers = self._headers(row, owned.get(row["shard"]) if epoch_header else None)
                 if tracing:
-                    headers = self._traced(topic, headers)
+                    headers = self._traced(topic, headers, row)
                 fut = await producer.send(
                     topic, bytes(row["payload"]), key=key.encode(), headers=headers
                 )

@@ -26,6 +26,7 @@ from participant_sdk.barrier import PgBarrierStore, install_barrier
 from participant_sdk.dead_letters import DeadLetter, install_dead_letters, record_dead_letter
 from participant_sdk.executor import CommandTransaction, LocalRetry, execute
 from participant_sdk.handlers import Handler, Participant
+from participant_sdk.logging_config import configure_logging
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.offsets import OffsetTracker
 from participant_sdk.protocol import (
@@ -38,6 +39,7 @@ from participant_sdk.protocol import (
     envelope_headers,
 )
 from participant_sdk.settings import ParticipantSettings
+from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
 log = logging.getLogger(__name__)
@@ -386,14 +388,13 @@ def run_participant(
     metrics: ParticipantMetrics | None = None,
     setup: Callable[[Any], Awaitable[None]] | None = None,
 ) -> None:
-    """Entry point of a participant process: settings from the environment, logs to stderr.
+    """Entry point of a participant process: settings from the environment, logs to stderr,
+    tracing from the ``OTEL_*`` environment (service name: the participant's name).
 
     ``setup(conn)`` runs once at start on a plain connection, e.g. to create business tables.
     """
-    logging.basicConfig(
-        level=os.environ.get("SAGAFLOW_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(participant.name)
+    configure_telemetry(participant.name)
     resolved = settings if settings is not None else ParticipantSettings()
 
     async def main() -> None:

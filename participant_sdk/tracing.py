@@ -1,6 +1,10 @@
 """Trace context: continue the command's trace, span the handling, inject into the reply.
 
 Uses only the OpenTelemetry API: with no SDK configured every call is a no-op.
+
+A message may carry two ``traceparent`` headers: the one sagaflow wrote explicitly (the relay's
+publish span, the participant's process span) and one appended by the aiokafka
+instrumentation's own send span. The first one, sagaflow's, is the one continued.
 """
 
 from __future__ import annotations
@@ -12,17 +16,22 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from participant_sdk.logging_config import saga_context
 from participant_sdk.protocol import CommandEnvelope, Outcome, ReplyEnvelope
+from participant_sdk.telemetry import enabled
+
+__all__ = ["carrier", "consumer_span", "inject_headers", "record_reply"]
 
 _TRACER_NAME = "participant_sdk"
 
 
-def _carrier(headers: Any) -> dict[str, str]:
-    return {
-        key: bytes(value).decode("latin-1")
-        for key, value in headers or ()
-        if value is not None
-    }
+def carrier(headers: Any) -> dict[str, str]:
+    """Kafka headers as a propagation carrier; the first value of a repeated header wins."""
+    out: dict[str, str] = {}
+    for key, value in headers or ():
+        if value is not None and key not in out:
+            out[key] = bytes(value).decode("latin-1")
+    return out
 
 
 @contextmanager
@@ -35,8 +44,15 @@ def consumer_span(
     offset: int,
     group: str,
 ) -> Iterator[Span]:
-    """A CONSUMER span that continues the trace from the command's ``traceparent`` header."""
-    parent = propagate.extract(_carrier(headers))
+    """A CONSUMER span that continues the trace from the command's ``traceparent`` header.
+
+    Log records inside the block carry the command's saga id.
+    """
+    if not enabled():  # no provider installed: skip parsing headers and building attributes
+        with saga_context(command.saga_id):
+            yield trace.INVALID_SPAN
+        return
+    parent = propagate.extract(carrier(headers))
     tracer = trace.get_tracer(_TRACER_NAME)
     with tracer.start_as_current_span(
         f"process {topic}",
@@ -60,16 +76,25 @@ def consumer_span(
             "saga.participant": command.participant,
             "saga.action": command.action,
         },
-    ) as span:
+    ) as span, saga_context(command.saga_id):
         yield span
 
 
 def record_reply(span: Span, reply: ReplyEnvelope) -> None:
+    """Put the reply's outcome on the span; a failed command gets error status and exception."""
     span.set_attribute("saga.outcome", reply.outcome.value)
     if reply.error is not None:
         span.set_attribute("error.type", reply.error.type or reply.error.kind.value)
-    if reply.outcome is Outcome.FAILED:
-        span.set_status(Status(StatusCode.ERROR, reply.error.message if reply.error else None))
+        span.set_attribute("saga.error.kind", reply.error.kind.value)
+    if reply.outcome is not Outcome.OK:  # rejected for good, or failed (retryable)
+        message = reply.error.message if reply.error else None
+        span.set_status(Status(StatusCode.ERROR, message))
+        # The handler's exception was turned into the reply; record it the semconv way.
+        span.add_event("exception", {
+            "exception.type": (reply.error.type or reply.error.kind.value) if reply.error
+            else reply.outcome.value,
+            "exception.message": message or "",
+        })
 
 
 def inject_headers() -> list[tuple[str, bytes]]:

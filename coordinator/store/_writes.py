@@ -64,6 +64,8 @@ class Change:
     actor: str
     #: A timer this event consumed (a fired timer), deleted with the change.
     fired_timer: str | None = None
+    #: Trace context of the commands this change writes (default: the saga's stored one).
+    trace_context: Mapping[str, str] | None = None
 
 
 LOCK_SAGAS: Final = """
@@ -154,7 +156,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change]) -> 
             key=str(c.saga.saga_id),
             payload=encode(cmd.envelope),
             message_id=cmd.envelope.message_id,
-            headers=command_headers(c.saga.trace_context),
+            headers=command_headers(c.trace_context or c.saga.trace_context),
         )
         for c in changes
         for cmd in c.decision.commands

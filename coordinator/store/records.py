@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -80,6 +81,9 @@ class ApplyResult:
     status: str | None = None
     seq: int | None = None
     reason: str | None = None
+    #: The saga's type and version when it was found (for spans and metrics).
+    saga_type: str | None = field(default=None, compare=False)
+    version: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +92,15 @@ class PendingEvent:
 
     ``dead_letter`` is kept (in the same transaction) when the event cannot be applied: the
     saga is unknown or the core refuses it. Its ``reason`` is filled in by the store.
+    ``trace_context`` (W3C headers) is the context the commands this event causes carry;
+    default: the saga's stored context.
     """
 
     saga_id: UUID
     event: Event
     actor: str = "worker"
     dead_letter: DeadLetter | None = None
+    trace_context: Mapping[str, str] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

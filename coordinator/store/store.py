@@ -8,6 +8,7 @@ to the outbox and the timers, then commits. Nothing here talks to Kafka.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
@@ -34,6 +35,7 @@ from coordinator.engine import (
     advance,
 )
 from coordinator.engine import InvalidInput as EngineInvalidInput
+from coordinator.observability.tracing import traced_start
 from coordinator.store import queries
 from coordinator.store._writes import (
     LOCK_SAGAS,
@@ -72,6 +74,13 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 #: Listener called after a commit that inserted timers, with the earliest due time.
 TimerListener = Callable[[datetime], None]
+#: Listener called after a commit with the changes it wrote (metrics, in order).
+ChangeListener = Callable[[Sequence[Change]], None]
+
+#: Changes written by the transaction attempt running in this task (see ``_retrying``).
+_WRITTEN: contextvars.ContextVar[list[Change] | None] = contextvars.ContextVar(
+    "sagaflow_written_changes", default=None
+)
 
 _TRANSIENT: Final = (
     asyncpg.SerializationError,
@@ -127,6 +136,7 @@ class SagaStore:
         self._clock = clock
         self._owns_pool = owns_pool
         self._timer_listeners: list[TimerListener] = []
+        self._change_listeners: list[ChangeListener] = []
         self._closed = False
 
     @classmethod
@@ -169,6 +179,10 @@ class SagaStore:
         """Be told (after commit) when this store inserted a timer, so a sleeper can wake."""
         self._timer_listeners.append(listener)
 
+    def add_change_listener(self, listener: ChangeListener) -> None:
+        """Be told (after commit, once per committed transaction) of the changes written."""
+        self._change_listeners.append(listener)
+
     # -- definitions ------------------------------------------------------------------------
 
     def definition(self, saga_type: str, version: int | None = None) -> CompiledSaga:
@@ -198,16 +212,32 @@ class SagaStore:
     async def _retrying(self, work: Callable[[asyncpg.Connection], Any]) -> Any:
         delay = 0.01
         for attempt in range(1, _ATTEMPTS + 1):
+            written: list[Change] = []
+            token = _WRITTEN.set(written)
             try:
                 async with self.transaction() as conn:
-                    return await work(conn)
+                    value = await work(conn)
             except (*_TRANSIENT, *CONNECTION_ERRORS) as exc:
                 if attempt == _ATTEMPTS:
                     raise TransientStoreError(str(exc)) from exc
                 log.debug("transient database error (attempt %d): %s", attempt, exc)
                 await asyncio.sleep(delay)
                 delay *= 2
+                continue
+            finally:
+                _WRITTEN.reset(token)
+            self._notify_changes(written)
+            return value
         raise AssertionError("unreachable")
+
+    def _notify_changes(self, changes: Sequence[Change]) -> None:
+        if not changes:
+            return
+        for listener in self._change_listeners:
+            try:
+                listener(changes)
+            except Exception:  # a listener must not undo a committed change
+                log.exception("change listener failed")
 
     def _notify_timers(self, earliest: datetime | None) -> None:
         if earliest is None:
@@ -220,6 +250,7 @@ class SagaStore:
 
     # -- start -----------------------------------------------------------------------------
 
+    @traced_start
     async def start_saga(
         self,
         saga_type: str,
@@ -298,7 +329,7 @@ class SagaStore:
                 trace_context=trace_context,
                 history_seq=0,
             )
-            earliest = await write_changes(
+            earliest = await _write(
                 conn, [Change(locked, 1, event, decision, now, actor)]
             )
             return True, earliest
@@ -325,7 +356,7 @@ class SagaStore:
             now = self._clock()
             decision = advance(self._definition_of(saga), _state(saga), event, now)
             change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
-            earliest = await write_changes(conn, [change])
+            earliest = await _write(conn, [change])
             return _result(change), earliest
 
         result, earliest = await self._retrying(work)
@@ -400,10 +431,11 @@ class SagaStore:
             change = Change(
                 saga, saga.history_seq, pending.event, decision, now, pending.actor,
                 fired_timer=fired[index] if fired is not None else None,
+                trace_context=pending.trace_context,
             )
             changes.append(change)
             results.append(_result(change))
-        earliest = await write_changes(conn, changes)
+        earliest = await _write(conn, changes)
         for letter in letters:
             await record_dead_letter(conn, letter)
         return results, earliest
@@ -554,6 +586,13 @@ class SagaStore:
         return self.definition(saga_type, version)
 
 
+async def _write(conn: asyncpg.Connection, changes: Sequence[Change]) -> datetime | None:
+    written = _WRITTEN.get()
+    if written is not None:
+        written.extend(changes)
+    return await write_changes(conn, changes)
+
+
 def _state(saga: LockedSaga) -> SagaState:
     return SagaState.from_json(saga.snapshot)
 
@@ -562,7 +601,8 @@ def _result(change: Change) -> ApplyResult:
     decision: Decision = change.decision
     outcome = ApplyOutcome.IGNORED if decision.ignored is not None else ApplyOutcome.APPLIED
     return ApplyResult(change.saga.saga_id, outcome, status=decision.state.status.value,
-                       seq=change.seq, reason=decision.ignored)
+                       seq=change.seq, reason=decision.ignored,
+                       saga_type=change.saga.saga_type, version=change.saga.version)
 
 
 def _letter(letters: list[DeadLetter], pending: PendingEvent, reason: str) -> None:

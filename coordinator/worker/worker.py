@@ -20,6 +20,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from coordinator.migrations import migrate
+from coordinator.observability.scan import WorkerObservability
 from coordinator.serverless import fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
@@ -60,6 +61,8 @@ class Worker:
         self._sleep_until: datetime | None = None
         self._started = False
         self._stopped = False
+        #: Metrics and the periodic in-flight/stuck scan (created by start()).
+        self.observability: WorkerObservability | None = None
         #: Counters for tests and logs.
         self.batches = 0
         self.timers_fired = 0
@@ -87,6 +90,8 @@ class Worker:
             async with self.store.pool.acquire() as conn:
                 await migrate(conn)
         self.store.add_timer_listener(self._on_timer_scheduled)
+        self.observability = WorkerObservability(self.store, name=self.name)
+        await self.observability.start()
         consumer = AIOKafkaConsumer(
             reply_topic(s.topic_prefix),
             bootstrap_servers=s.kafka_bootstrap,
@@ -120,6 +125,8 @@ class Worker:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._consumer is not None:
             await self._consumer.stop()
+        if self.observability is not None:
+            await self.observability.stop()
         if self._owns_store and self._store is not None:
             await self._store.close()
         log.info("%s stopped", self.name)

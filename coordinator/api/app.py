@@ -1,0 +1,105 @@
+"""The FastAPI application: ``create_app(settings)`` or ``create_app(store=..., registry=...,
+auth=...)`` for an app on objects the caller owns (tests, embedding)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from fastapi import FastAPI
+
+from coordinator.api.auth import TokenAuth
+from coordinator.api.deps import Context
+from coordinator.api.errors import install_error_handlers
+from coordinator.api.jobs import RepairJobRunner
+from coordinator.api.routes_dead_letters import router as dead_letters_router
+from coordinator.api.routes_jobs import router as jobs_router
+from coordinator.api.routes_sagas import router as sagas_router
+from coordinator.api.settings import ApiSettings
+from coordinator.observability.api import ApiMetrics, mount_observability
+from coordinator.store import SagaStore
+
+__all__ = ["create_app"]
+
+_DESCRIPTION = """
+Operate sagas: start them, find them, read their history, and repair the ones that are dead or
+stuck. Every call needs `Authorization: Bearer <token>` (or `X-API-Key`); `viewer` reads,
+`operator` starts and repairs, `admin` may also discard dead letters. Errors share one body:
+`{"error": {"code", "message", "details"}}`.
+"""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_app(
+    settings: ApiSettings | None = None,
+    *,
+    store: SagaStore | None = None,
+    registry: Any = None,
+    auth: TokenAuth | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+    run_jobs: bool | None = None,
+) -> FastAPI:
+    """The operator API.
+
+    With ``store`` the app uses it and leaves it open at shutdown; without, it opens one on
+    ``settings.dsn`` with the saga classes of ``settings.sagas`` (or ``registry``). ``auth``
+    defaults to the tokens of the settings. The bulk-repair runner runs in the app unless
+    ``run_jobs`` (default ``settings.api_run_jobs``) is false.
+    """
+    settings = settings or ApiSettings()
+    token_auth = auth if auth is not None else TokenAuth.from_settings(settings)
+    with_runner = settings.api_run_jobs if run_jobs is None else run_jobs
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = store is None
+        the_store = store
+        if the_store is None:
+            reg = registry if registry is not None else _registry(settings)
+            pool = await asyncpg.create_pool(
+                settings.dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size,
+                server_settings={"application_name": "sagaflow-api"})
+            the_store = SagaStore(pool, reg, clock=clock, owns_pool=True)
+        metrics.observe(the_store)
+        runner: RepairJobRunner | None = None
+        if with_runner:
+            runner = RepairJobRunner(the_store, lease=settings.api_job_lease,
+                                     poll=settings.api_job_poll)
+        app.state.ctx = Context(
+            store=the_store, registry=the_store.registry, clock=clock,
+            stuck_after=settings.api_stuck_after,
+            wake_jobs=runner.wake if runner is not None else (lambda: None))
+        try:
+            if runner is not None:
+                await runner.start()
+            yield
+        finally:
+            if runner is not None:
+                await runner.stop()
+            if own:
+                await the_store.close()
+
+    app = FastAPI(title="sagaflow operator API", version="1", description=_DESCRIPTION,
+                  lifespan=lifespan)
+    app.state.auth = token_auth
+    install_error_handlers(app)
+    app.include_router(sagas_router)
+    app.include_router(jobs_router)
+    app.include_router(dead_letters_router)
+    mount_observability(app, metrics=metrics)
+    return app
+
+
+def _registry(settings: ApiSettings) -> Any:
+    from coordinator.worker.loading import build_registry
+
+    return build_registry(settings.sagas, topic_prefix=settings.topic_prefix)
+
+

@@ -1,0 +1,160 @@
+"""Saga queries of the operator API: filters the store's ``list_sagas`` does not offer.
+
+Filters on the snapshot (current step, retries) read ``snapshot`` as JSON: fine for an
+operator's query; the type, status and age filters still use the store's indexes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+from uuid import UUID
+
+import asyncpg
+
+from coordinator.api.errors import BadRequest
+from coordinator.api.models import SagaFilter, SagaSort
+from coordinator.engine import SagaState, Status, StepPhase
+from coordinator.store import SagaRecord
+
+__all__ = ["Page", "list_sagas", "matching_ids"]
+
+_COLUMNS: Final = (
+    "id, saga_type, saga_version, status, snapshot, trace_context, history_seq, "
+    "created_at, updated_at, last_progress_at"
+)
+_ACTIVE: Final = [p.value for p in StepPhase if p.is_active]
+_STUCKABLE: Final = [Status.RUNNING.value, Status.COMPENSATING.value]
+
+
+def record(row: Mapping[str, Any]) -> SagaRecord:
+    return SagaRecord(
+        saga_id=row["id"],
+        saga_type=row["saga_type"],
+        version=row["saga_version"],
+        status=row["status"],
+        state=SagaState.from_json(json.loads(row["snapshot"])),
+        trace_context=json.loads(row["trace_context"]),
+        history_seq=row["history_seq"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        last_progress_at=row["last_progress_at"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[SagaRecord]
+    next_cursor: str | None
+
+
+class _Where:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.args: list[Any] = []
+
+    def add(self, fragment: str, *values: Any) -> None:
+        marks = [f"${len(self.args) + i + 1}" for i in range(len(values))]
+        self.parts.append(fragment.format(*marks))
+        self.args.extend(values)
+
+    def sql(self) -> str:
+        return f"WHERE {' AND '.join(self.parts)}" if self.parts else ""
+
+
+def _where(f: SagaFilter, now: datetime, stuck_after: timedelta) -> _Where:
+    w = _Where()
+    if f.saga_type is not None:
+        w.add("saga_type = {0}", f.saga_type)
+    if f.version is not None:
+        w.add("saga_version = {0}", f.version)
+    if f.status is not None:
+        w.add("status = {0}", f.status.value)
+    if f.min_age_seconds is not None:
+        w.add("created_at <= {0}", now - timedelta(seconds=f.min_age_seconds))
+    if f.max_age_seconds is not None:
+        w.add("created_at >= {0}", now - timedelta(seconds=f.max_age_seconds))
+    if f.stuck is not None:
+        cond = "(status = ANY({0}::text[]) AND last_progress_at < {1})"
+        w.add(cond if f.stuck else f"NOT {cond}", _STUCKABLE, now - stuck_after)
+    if f.current_step is not None:
+        w.add("(CASE WHEN status = 'dead' THEN snapshot->>'dead_step' = {0} "
+              "ELSE snapshot->'steps'->{0}->>'phase' = ANY({1}::text[]) END)",
+              f.current_step, _ACTIVE)
+    if f.min_retries is not None:
+        w.add("EXISTS (SELECT 1 FROM json_each(snapshot->'steps') s, "
+              "json_each_text(s.value->'attempts') a WHERE a.value::int - 1 >= {0})",
+              f.min_retries)
+    return w
+
+
+def _encode(sort: SagaSort, value: datetime, saga_id: UUID) -> str:
+    raw = json.dumps({"s": sort.value, "v": value.isoformat(), "id": str(saga_id)})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, sort: SagaSort) -> tuple[datetime, UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()).decode())
+        at, sid, s = datetime.fromisoformat(data["v"]), UUID(data["id"]), data["s"]
+    except (ValueError, KeyError, TypeError, UnicodeError):
+        raise BadRequest(f"invalid cursor {cursor[:80]!r}: pass back a next_cursor "
+                         "unchanged", code="invalid_cursor") from None
+    if s != sort.value or at.tzinfo is None:
+        raise BadRequest("the cursor belongs to another sort order; start again without it",
+                         code="invalid_cursor")
+    return at, sid
+
+
+async def list_sagas(
+    conn: asyncpg.Connection,
+    f: SagaFilter,
+    *,
+    now: datetime,
+    stuck_after: timedelta,
+    sort: SagaSort = SagaSort.CREATED_DESC,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page:
+    """One page of sagas matching ``f``, ordered by ``sort`` then id (keyset pagination)."""
+    column = sort.value.lstrip("-")
+    descending = sort.value.startswith("-")
+    w = _where(f, now, stuck_after)
+    if cursor is not None:
+        at, sid = _decode(cursor, sort)
+        w.add(f"({column}, id) {'<' if descending else '>'} ({{0}}, {{1}})", at, sid)
+    direction = "DESC" if descending else "ASC"
+    w.args.append(limit + 1)
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM sagas {w.sql()} "  # noqa: S608 - fixed fragments only
+        f"ORDER BY {column} {direction}, id {direction} LIMIT ${len(w.args)}",
+        *w.args,
+    )
+    items = [record(r) for r in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        last = items[-1]
+        value = {"created_at": last.created_at, "updated_at": last.updated_at,
+                 "last_progress_at": last.last_progress_at}[column]
+        next_cursor = _encode(sort, value, last.saga_id)
+    return Page(items, next_cursor)
+
+
+async def matching_ids(
+    conn: asyncpg.Connection, f: SagaFilter, *, now: datetime, stuck_after: timedelta,
+    limit: int,
+) -> list[UUID]:
+    """Ids of up to ``limit`` sagas matching ``f``, oldest first."""
+    w = _where(f, now, stuck_after)
+    w.args.append(limit)
+    rows = await conn.fetch(
+        f"SELECT id FROM sagas {w.sql()} "  # noqa: S608 - fixed fragments only
+        f"ORDER BY created_at, id LIMIT ${len(w.args)}",
+        *w.args,
+    )
+    return [r["id"] for r in rows]

@@ -1,0 +1,214 @@
+"""Sagas: start, list, inspect, history, diagram, types, the dead-saga queue, repairs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from coordinator.api.auth import Principal, Role, require
+from coordinator.api.deps import ERRORS, Context, context
+from coordinator.api.errors import NotFound
+from coordinator.api.models import (
+    CancelRequest,
+    CompensateRequest,
+    DeadSagaPageOut,
+    DiagramOut,
+    HistoryOut,
+    ResolveRequest,
+    RetryRequest,
+    SagaDetail,
+    SagaFilter,
+    SagaPageOut,
+    SagaSort,
+    SagaSummary,
+    SagaTypeOut,
+    SkipRequest,
+    StartRequest,
+    dead_saga,
+    detail,
+    history_entry,
+    summary,
+)
+from coordinator.api.queries import list_sagas
+from coordinator.api.repairs import RepairOptions, apply_repair
+from coordinator.diagram import mermaid
+from coordinator.engine import RepairVerb, Status
+from coordinator.store import SagaRecord
+
+__all__ = ["router"]
+
+audit = logging.getLogger("coordinator.api.audit")
+router = APIRouter(responses=ERRORS)
+
+Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
+Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
+Ctx = Annotated[Context, Depends(context)]
+SagaId = Annotated[UUID, Path(description="The saga's id.")]
+
+
+async def _record(ctx: Context, saga_id: UUID) -> SagaRecord:
+    record = await ctx.store.get_saga(saga_id)
+    if record is None:
+        raise NotFound(f"no saga with id {saga_id}", code="saga_not_found")
+    return record
+
+
+def _detail(ctx: Context, record: SagaRecord) -> SagaDetail:
+    return detail(record, ctx.now(), ctx.stuck_after.total_seconds())
+
+
+def saga_filter(
+    saga_type: Annotated[str | None, Query(alias="type", min_length=1, max_length=200)] = None,
+    version: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None,
+    status: Status | None = None,
+    current_step: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    min_age_seconds: Annotated[float | None, Query(ge=0, le=3.2e9)] = None,
+    max_age_seconds: Annotated[float | None, Query(ge=0, le=3.2e9)] = None,
+    stuck: bool | None = None,
+    min_retries: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
+) -> SagaFilter:
+    """The saga filter, from query parameters."""
+    return _filter(saga_type=saga_type, version=version, status=status,
+                   current_step=current_step, min_age_seconds=min_age_seconds,
+                   max_age_seconds=max_age_seconds, stuck=stuck, min_retries=min_retries)
+
+
+def _filter(**fields: Any) -> SagaFilter:
+    """A filter from query values; a value the model refuses (a NUL byte) is a 422, not a 500."""
+    try:
+        return SagaFilter(**fields)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("query", *e["loc"])} for e in exc.errors(include_url=False)]
+        ) from exc
+
+
+@router.post("/sagas", status_code=201, response_model=SagaDetail, tags=["sagas"],
+             summary="Start a saga",
+             responses={200: {"model": SagaDetail,
+                              "description": "The saga already existed with this id and input"}})
+async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
+                     who: Operator) -> SagaDetail:
+    started = await ctx.store.start_saga(body.type, body.input, saga_id=body.saga_id,
+                                         version=body.version, actor=f"api:{who.name}")
+    if not started.created:
+        response.status_code = 200
+    audit.info("start %s saga=%s by=%s created=%s", body.type, started.record.saga_id,
+               who.name, started.created)
+    return _detail(ctx, started.record)
+
+
+@router.get("/sagas", response_model=SagaPageOut, tags=["sagas"], summary="List sagas")
+async def get_sagas(
+    ctx: Ctx, _: Viewer, f: Annotated[SagaFilter, Depends(saga_filter)],
+    sort: SagaSort = SagaSort.CREATED_DESC,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+) -> SagaPageOut:
+    now = ctx.now()
+    async with ctx.store.pool.acquire() as conn:
+        page = await list_sagas(conn, f, now=now, stuck_after=ctx.stuck_after, sort=sort,
+                                limit=limit, cursor=cursor)
+    secs = ctx.stuck_after.total_seconds()
+    return SagaPageOut(items=[SagaSummary(**summary(r, now, secs)) for r in page.items],
+                       next_cursor=page.next_cursor)
+
+
+@router.get("/sagas/{saga_id}", response_model=SagaDetail, tags=["sagas"],
+            summary="A saga: status, input, steps, result")
+async def get_saga(saga_id: SagaId, ctx: Ctx, _: Viewer) -> SagaDetail:
+    return _detail(ctx, await _record(ctx, saga_id))
+
+
+@router.get("/sagas/{saga_id}/history", response_model=HistoryOut, tags=["sagas"],
+            summary="The saga's full event history")
+async def get_history(saga_id: SagaId, ctx: Ctx, _: Viewer) -> HistoryOut:
+    await _record(ctx, saga_id)
+    history = await ctx.store.get_history(saga_id)
+    return HistoryOut(saga_id=saga_id, entries=[history_entry(h) for h in history])
+
+
+@router.get("/sagas/{saga_id}/diagram", response_model=DiagramOut, tags=["sagas"],
+            summary="Mermaid diagram with the current state marked")
+async def get_diagram(saga_id: SagaId, ctx: Ctx, _: Viewer) -> DiagramOut:
+    record = await _record(ctx, saga_id)
+    definition = ctx.store.definition(record.saga_type, record.version)
+    state = record.state.machine_state()
+    text = mermaid(definition, state if state in definition.states else None)
+    return DiagramOut(saga_id=saga_id, state=state, mermaid=text)
+
+
+@router.get("/saga-types", response_model=list[SagaTypeOut], tags=["sagas"],
+            summary="Registered saga types and versions")
+async def get_types(ctx: Ctx, _: Viewer) -> list[SagaTypeOut]:
+    compiled = list(ctx.registry.types())
+    latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
+    return [SagaTypeOut(name=c.name, version=c.version, latest=c.version == latest[c.name],
+                        definition=c.to_json()) for c in compiled]
+
+
+@router.get("/dead-sagas", response_model=DeadSagaPageOut, tags=["dead sagas"],
+            summary="The dead-saga queue")
+async def get_dead(
+    ctx: Ctx, _: Viewer,
+    saga_type: Annotated[str | None, Query(alias="type", min_length=1, max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+) -> DeadSagaPageOut:
+    f = _filter(saga_type=saga_type, status=Status.DEAD)
+    async with ctx.store.pool.acquire() as conn:
+        page = await list_sagas(conn, f, now=ctx.now(), stuck_after=ctx.stuck_after,
+                                limit=limit, cursor=cursor)
+    return DeadSagaPageOut(items=[dead_saga(r) for r in page.items],
+                           next_cursor=page.next_cursor)
+
+
+async def _repair(ctx: Context, saga_id: UUID, verb: RepairVerb, who: Principal, reason: str,
+                  options: RepairOptions) -> SagaDetail:
+    await apply_repair(ctx.store, saga_id, verb, principal=who.name, reason=reason,
+                       options=options)
+    return _detail(ctx, await _record(ctx, saga_id))
+
+
+_REPAIR = {"response_model": SagaDetail, "tags": ["repairs"]}
+
+
+@router.post("/sagas/{saga_id}/retry", summary="Re-drive the failed or stuck step now",
+             **_REPAIR)  # type: ignore[arg-type]
+async def retry(saga_id: SagaId, body: RetryRequest, ctx: Ctx, who: Operator) -> SagaDetail:
+    return await _repair(ctx, saga_id, RepairVerb.RETRY, who, body.reason,
+                         RepairOptions(step=body.step, payload=body.payload))
+
+
+@router.post("/sagas/{saga_id}/skip", summary="Mark the step done with a result and go on",
+             **_REPAIR)  # type: ignore[arg-type]
+async def skip(saga_id: SagaId, body: SkipRequest, ctx: Ctx, who: Operator) -> SagaDetail:
+    return await _repair(ctx, saga_id, RepairVerb.SKIP, who, body.reason,
+                         RepairOptions(step=body.step, result=body.result))
+
+
+@router.post("/sagas/{saga_id}/compensate", summary="Force the rollback",
+             **_REPAIR)  # type: ignore[arg-type]
+async def compensate(saga_id: SagaId, body: CompensateRequest, ctx: Ctx,
+                     who: Operator) -> SagaDetail:
+    return await _repair(ctx, saga_id, RepairVerb.COMPENSATE, who, body.reason,
+                         RepairOptions(step=body.step, payload=body.payload))
+
+
+@router.post("/sagas/{saga_id}/cancel", summary="Stop a running saga and roll back",
+             **_REPAIR)  # type: ignore[arg-type]
+async def cancel(saga_id: SagaId, body: CancelRequest, ctx: Ctx, who: Operator) -> SagaDetail:
+    return await _repair(ctx, saga_id, RepairVerb.CANCEL, who, body.reason, RepairOptions())
+
+
+@router.post("/sagas/{saga_id}/resolve", summary="Close a dead saga as fixed by hand",
+             **_REPAIR)  # type: ignore[arg-type]
+async def resolve(saga_id: SagaId, body: ResolveRequest, ctx: Ctx,
+                  who: Operator) -> SagaDetail:
+    return await _repair(ctx, saga_id, RepairVerb.RESOLVE, who, body.reason,
+                         RepairOptions(status=body.status))

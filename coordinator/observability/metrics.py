@@ -1,0 +1,189 @@
+"""Prometheus metrics of the coordinator, on an explicit registry (no global state).
+
+Event-driven instruments are fed by :meth:`CoordinatorMetrics.observe_changes`, a
+``SagaStore`` change listener called after each commit; the gauges are refreshed by the
+worker's periodic scan (:mod:`.scan`) from cheap ``GROUP BY`` queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from coordinator.engine import ReplyReceived, SagaState, TimerFired, TimerKind
+
+if TYPE_CHECKING:
+    from coordinator.store._writes import Change
+
+__all__ = ["CoordinatorMetrics"]
+
+_ENDED = frozenset({"completed", "compensated", "cancelled", "dead"})
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class CoordinatorMetrics:
+    """The coordinator's instruments. Pass a registry; each worker or test can have its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.step_duration = Histogram(
+            "sagaflow_step_duration_seconds",
+            "Command written to the outbox -> its reply (or missed deadline) applied.",
+            ["saga_type", "step", "phase", "outcome"], buckets=_BUCKETS, registry=r,
+        )
+        self.step_failures = Counter(
+            "sagaflow_step_failures",
+            "Failed attempts applied: failed or rejected replies and missed deadlines.",
+            ["saga_type", "step", "phase", "error_kind"], registry=r,
+        )
+        self.step_retries = Counter(
+            "sagaflow_step_retries",
+            "Commands sent again (attempt > 1).",
+            ["saga_type", "step", "phase"], registry=r,
+        )
+        self.commands_sent = Counter(
+            "sagaflow_commands_written",
+            "Commands written to the outbox.",
+            ["saga_type", "step", "phase"], registry=r,
+        )
+        self.replies_ignored = Counter(
+            "sagaflow_replies_ignored",
+            "Replies and timers the core ignored (duplicate or stale).",
+            ["saga_type"], registry=r,
+        )
+        self.sagas_started = Counter(
+            "sagaflow_sagas_started", "Sagas created.", ["saga_type"], registry=r,
+        )
+        self.sagas_ended = Counter(
+            "sagaflow_sagas_ended",
+            "Sagas that reached completed, compensated, cancelled or dead.",
+            ["saga_type", "status"], registry=r,
+        )
+        self.in_flight = Gauge(
+            "sagaflow_sagas_in_flight",
+            "Sagas not in a terminal status (running, compensating, dead), by type and status.",
+            ["saga_type", "status"], registry=r,
+        )
+        self.dead_sagas = Gauge(
+            "sagaflow_dead_sagas", "Sagas parked as dead (the dead-saga queue).",
+            ["saga_type"], registry=r,
+        )
+        self.stuck_sagas = Gauge(
+            "sagaflow_stuck_sagas",
+            "Running or compensating sagas flagged stuck (no progress, or retrying too often).",
+            ["saga_type", "reason"], registry=r,
+        )
+        self.dead_letters = Gauge(
+            "sagaflow_dead_letters", "Rows in the coordinator's dead-letter table, by source.",
+            ["source"], registry=r,
+        )
+        self.outbox_backlog = Gauge(
+            "sagaflow_outbox_backlog_rows", "Unpublished outbox rows (all shards).", registry=r,
+        )
+        self.outbox_lag = Gauge(
+            "sagaflow_outbox_lag_seconds", "Age of the oldest unpublished outbox row.", registry=r,
+        )
+        self.scan_errors = Counter(
+            "sagaflow_observability_scan_errors", "Periodic scans that failed.", registry=r,
+        )
+
+    # -- fed by the store after each commit ------------------------------------------------
+
+    def observe_changes(self, changes: Sequence[Change]) -> None:
+        """Count what the committed ``changes`` did (a ``SagaStore`` change listener)."""
+        before: dict[Any, SagaState] = {}
+        for change in changes:
+            saga = change.saga
+            prior: SagaState | Mapping[str, Any] = before.get(saga.saga_id, saga.snapshot)
+            self._observe(change, prior)
+            before[saga.saga_id] = change.decision.state
+
+    def _observe(self, change: Change, prior: SagaState | Mapping[str, Any]) -> None:
+        saga_type = change.saga.saga_type
+        decision = change.decision
+        if decision.ignored is not None:
+            self.replies_ignored.labels(saga_type).inc()
+            return
+        event = change.event
+        if not prior:  # no snapshot yet: this change started the saga
+            self.sagas_started.labels(saga_type).inc()
+        if isinstance(event, ReplyReceived):
+            reply = event.reply
+            phase = reply.phase.value
+            sent = _sent_at(prior, reply.step, reply.in_reply_to)
+            if sent is not None:
+                self.step_duration.labels(saga_type, reply.step, phase,
+                                          reply.outcome.value).observe(
+                    max(0.0, (change.now - sent).total_seconds()))
+            if reply.outcome.value != "ok":
+                kind = reply.error.kind.value if reply.error is not None else reply.outcome.value
+                self.step_failures.labels(saga_type, reply.step, phase, kind).inc()
+        elif isinstance(event, TimerFired) and event.kind is TimerKind.DEADLINE:
+            phase = event.phase.value
+            sent = _sent_at(prior, event.step, None)
+            if sent is not None:
+                self.step_duration.labels(saga_type, event.step, phase, "timeout").observe(
+                    max(0.0, (change.now - sent).total_seconds()))
+            self.step_failures.labels(saga_type, event.step, phase, "deadline").inc()
+        for cmd in decision.commands:
+            env = cmd.envelope
+            self.commands_sent.labels(saga_type, env.step, env.phase.value).inc()
+            if env.attempt > 1:
+                self.step_retries.labels(saga_type, env.step, env.phase.value).inc()
+        status = decision.state.status.value
+        if status in _ENDED and status != _status(prior):
+            self.sagas_ended.labels(saga_type, status).inc()
+
+    # -- refreshed by the periodic scan ----------------------------------------------------
+
+    def set_in_flight(self, rows: Sequence[tuple[str, str, int]]) -> None:
+        """Replace the in-flight and dead gauges with ``(saga_type, status, count)`` rows."""
+        self.in_flight.clear()
+        self.dead_sagas.clear()
+        for saga_type, status, count in rows:
+            self.in_flight.labels(saga_type, status).set(count)
+            if status == "dead":
+                self.dead_sagas.labels(saga_type).set(count)
+
+    def set_stuck(self, counts: Mapping[tuple[str, str], int]) -> None:
+        self.stuck_sagas.clear()
+        for (saga_type, reason), count in counts.items():
+            self.stuck_sagas.labels(saga_type, reason).set(count)
+
+    def set_dead_letters(self, rows: Sequence[tuple[str, int]]) -> None:
+        self.dead_letters.clear()
+        for source, count in rows:
+            self.dead_letters.labels(source).set(count)
+
+
+def _status(prior: SagaState | Mapping[str, Any]) -> str | None:
+    if isinstance(prior, SagaState):
+        return prior.status.value
+    value = prior.get("status")
+    return str(value) if value is not None else None
+
+
+def _sent_at(
+    prior: SagaState | Mapping[str, Any], step: str, message_id: Any
+) -> datetime | None:
+    """When the command this event answers was written (the step's outstanding command)."""
+    if isinstance(prior, SagaState):
+        node = prior.steps.get(step)
+        out = node.outstanding if node is not None else None
+        if out is None or (message_id is not None and out.message_id != message_id):
+            return None
+        return out.sent_at
+    raw = (prior.get("steps") or {}).get(step) or {}
+    outstanding = raw.get("outstanding")
+    if not outstanding:
+        return None
+    if message_id is not None and str(outstanding.get("message_id")) != str(message_id):
+        return None
+    try:
+        return datetime.fromisoformat(str(outstanding["sent_at"]))
+    except (KeyError, ValueError):
+        return None

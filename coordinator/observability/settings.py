@@ -1,0 +1,106 @@
+"""Observability settings of the coordinator worker, from ``SAGAFLOW_*`` environment variables."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["ObservabilitySettings", "StuckPolicy", "parse_duration", "parse_thresholds"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"250ms"``, ``"60s"``, ``"5m"``, ``"1h"``, ``"2d"`` or plain seconds (``"90"``)."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 60s, 5m, 1h)")
+    return timedelta(seconds=float(match[1]) * _UNIT[match[2] or "s"])
+
+
+def parse_thresholds(text: str) -> dict[str, timedelta]:
+    """``"order=300s,order.reserve_funds=60s"`` -> ``{"order": 300s, "order.reserve_funds": 60s}``.
+
+    A key is a saga type or ``<saga type>.<step>``.
+    """
+    out: dict[str, timedelta] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"stuck threshold {part!r} must look like 'type[.step]=60s'")
+        out[key.strip()] = parse_duration(value)
+    return out
+
+
+class StuckPolicy(BaseModel):
+    """When a running or compensating saga counts as stuck.
+
+    No progress (``sagas.last_progress_at``) for longer than the threshold of its current step
+    (``"<type>.<step>"``), else of its type, else ``default``; or its current step retried at
+    least ``max_retries`` times (``attempt - 1``), so "retrying forever" is never invisible.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    #: Threshold for types and steps without their own.
+    default: timedelta = timedelta(minutes=5)
+    #: Thresholds by ``type`` or ``type.step``.
+    thresholds: dict[str, timedelta] = Field(default_factory=dict)
+    #: Retries of the current phase that flag a saga (0 turns the criterion off).
+    max_retries: int = Field(default=3, ge=0)
+
+    def threshold(self, saga_type: str, step: str | None) -> timedelta:
+        if step is not None:
+            found = self.thresholds.get(f"{saga_type}.{step}")
+            if found is not None:
+                return found
+        return self.thresholds.get(saga_type, self.default)
+
+    def shortest(self, saga_type: str | None = None) -> timedelta:
+        """The smallest threshold that can apply (coarse SQL filter)."""
+        values = [self.default] + [
+            v for k, v in self.thresholds.items()
+            if saga_type is None or k == saga_type or k.startswith(saga_type + ".")
+        ]
+        return min(values)
+
+
+class ObservabilitySettings(BaseSettings):
+    """Metrics endpoint, periodic scan and stuck detection of a coordinator worker."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGAFLOW_", extra="ignore")
+
+    #: Serve Prometheus ``/metrics`` on this port (off when unset).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_addr: str = "0.0.0.0"
+    #: How often the in-flight, dead, dead-letter, outbox and stuck gauges are refreshed.
+    observe_interval: timedelta = timedelta(seconds=15)
+    #: Default no-progress threshold (``SAGAFLOW_STUCK_AFTER=5m``).
+    stuck_after: timedelta = timedelta(minutes=5)
+    #: Per type / step thresholds: ``SAGAFLOW_STUCK_THRESHOLDS="order=300s,order.pay=60s"``.
+    stuck_thresholds: Annotated[dict[str, timedelta], NoDecode] = Field(default_factory=dict)
+    #: Retries of the current phase that flag a saga as stuck (0: off).
+    stuck_retries: int = Field(default=3, ge=0)
+    #: Most stuck sagas one scan looks at (gauges count at most this many).
+    stuck_scan_limit: int = Field(default=1000, ge=1)
+
+    @field_validator("observe_interval", "stuck_after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @field_validator("stuck_thresholds", mode="before")
+    @classmethod
+    def _thresholds(cls, value: Any) -> Any:
+        return parse_thresholds(value) if isinstance(value, str) else value
+
+    def stuck_policy(self) -> StuckPolicy:
+        return StuckPolicy(default=self.stuck_after, thresholds=self.stuck_thresholds,
+                           max_retries=self.stuck_retries)

@@ -1,0 +1,121 @@
+"""Stuck sagas: running or compensating without progress for too long, or retrying too often.
+
+:func:`list_stuck` is the store-level query behind ``GET /sagas?stuck=true`` and the worker's
+periodic scan. It reads only in-flight sagas through the partial index ``sagas_in_flight``
+(migration 0003), so its cost grows with the sagas in flight, not with the history of all
+sagas ever run; the per-step thresholds are applied here, in Python, on the few candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+from uuid import UUID
+
+from coordinator.observability.settings import StuckPolicy
+
+__all__ = ["StuckSaga", "list_stuck"]
+
+#: Step phase (``StepPhase``) of an active step -> the protocol phase its attempts count.
+_ACTIVE_PHASES: Final = {
+    "trying": "try",
+    "confirming": "confirm",
+    "cancelling": "cancel",
+    "executing": "action",
+    "compensating": "compensate",
+}
+
+# The status list must stay textually implied by the predicate of index sagas_in_flight.
+_CANDIDATES: Final = """
+SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
+       cur.step, cur.step_phase, cur.attempt
+FROM sagas s
+LEFT JOIN LATERAL (
+    SELECT st.key AS step, st.value->>'phase' AS step_phase,
+           coalesce((st.value->'attempts'->>(CASE st.value->>'phase'
+               WHEN 'trying' THEN 'try' WHEN 'confirming' THEN 'confirm'
+               WHEN 'cancelling' THEN 'cancel' WHEN 'executing' THEN 'action'
+               ELSE 'compensate' END))::int, 0) AS attempt
+    FROM json_each(s.snapshot->'steps') AS st
+    WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
+                                 'compensating')
+    ORDER BY attempt DESC
+    LIMIT 1
+) AS cur ON true
+WHERE s.status IN ('running', 'compensating')
+  AND ($1::text IS NULL OR s.saga_type = $1)
+  AND (s.last_progress_at < $2 OR ($3 > 0 AND cur.attempt - 1 >= $3))
+ORDER BY s.last_progress_at, s.id
+LIMIT $4
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StuckSaga:
+    """One flagged saga and why."""
+
+    saga_id: UUID
+    saga_type: str
+    version: int
+    status: str
+    created_at: datetime
+    last_progress_at: datetime
+    #: The step whose command is in flight or waiting to retry (None between steps).
+    step: str | None
+    step_phase: str | None
+    #: Attempt number of the step's current phase (0 when no step is active).
+    attempt: int
+    #: How long without progress, at the time of the query.
+    idle: timedelta
+    threshold: timedelta
+    #: ``"no_progress"`` and/or ``"retrying"``.
+    reasons: tuple[str, ...]
+
+    @property
+    def retries(self) -> int:
+        return max(0, self.attempt - 1)
+
+
+async def list_stuck(
+    conn: Any,
+    policy: StuckPolicy | None = None,
+    *,
+    now: datetime | None = None,
+    saga_type: str | None = None,
+    limit: int = 100,
+) -> list[StuckSaga]:
+    """Stuck sagas, longest without progress first (at most ``limit``).
+
+    ``conn`` is an asyncpg connection or pool (``store.pool``). ``now`` defaults to the
+    current time (pass the store's clock for deterministic tests).
+    """
+    policy = policy or StuckPolicy()
+    at = now or datetime.now(UTC)
+    out: list[StuckSaga] = []
+    # The coarse filter may return rows the exact per-step threshold clears: read more.
+    fetch = limit if not policy.thresholds else max(limit * 4, limit + 100)
+    rows = await conn.fetch(_CANDIDATES, saga_type, at - policy.shortest(saga_type),
+                            policy.max_retries, fetch)
+    for row in rows:
+        step = row["step"]
+        threshold = policy.threshold(row["saga_type"], step)
+        idle = at - row["last_progress_at"]
+        reasons: list[str] = []
+        if idle > threshold:
+            reasons.append("no_progress")
+        attempt = int(row["attempt"] or 0)
+        if policy.max_retries > 0 and attempt - 1 >= policy.max_retries:
+            reasons.append("retrying")
+        if not reasons:
+            continue
+        out.append(StuckSaga(
+            saga_id=row["id"], saga_type=row["saga_type"], version=row["saga_version"],
+            status=row["status"], created_at=row["created_at"],
+            last_progress_at=row["last_progress_at"], step=step,
+            step_phase=row["step_phase"], attempt=attempt, idle=idle, threshold=threshold,
+            reasons=tuple(reasons),
+        ))
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,5 @@
+import sys
+
+from coordinator.opscli import main
+
+sys.exit(main())

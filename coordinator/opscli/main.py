@@ -1,0 +1,276 @@
+"""``saga``: list, show, repair and bulk-repair sagas over the operator API.
+
+``--url`` / ``SAGAFLOW_API_URL`` and ``--token`` / ``SAGAFLOW_API_TOKEN`` say where and who.
+Output is a readable table by default and the API's JSON with ``--json``. Exit codes: 0 ok,
+1 the API refused (4xx), 2 usage or connection error, 3 server error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import httpx
+
+from coordinator.opscli.render import render_dead, render_history, render_job, render_saga, table
+
+__all__ = ["main"]
+
+Handler = Callable[[httpx.Client, argparse.Namespace], Any]
+_VERBS = ("retry", "skip", "compensate", "cancel", "resolve")
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _json_arg(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        response = client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise CliError(f"cannot reach the API at {client.base_url}: {exc}", 2) from None
+    if response.status_code >= 400:
+        try:
+            err = response.json()["error"]
+            message = f"{err['code']}: {err['message']}"
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:500]
+        raise CliError(f"HTTP {response.status_code} {message}",
+                       3 if response.status_code >= 500 else 1)
+    return response.json()
+
+
+def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("type", "version", "status", "current_step", "min_age_seconds",
+             "max_age_seconds", "min_retries")
+    params = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if getattr(args, "stuck", False):
+        params["stuck"] = "true"
+    return params
+
+
+def cmd_list(client: httpx.Client, args: argparse.Namespace) -> Any:
+    params = _filter_params(args) | {"limit": args.limit, "sort": args.sort}
+    if args.cursor:
+        params["cursor"] = args.cursor
+    return _call(client, "GET", "/sagas", params=params)
+
+
+def cmd_show(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/sagas/{args.saga_id}")
+
+
+def cmd_history(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/sagas/{args.saga_id}/history")
+
+
+def cmd_diagram(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/sagas/{args.saga_id}/diagram")
+
+
+def cmd_dead(client: httpx.Client, args: argparse.Namespace) -> Any:
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.type:
+        params["type"] = args.type
+    return _call(client, "GET", "/dead-sagas", params=params)
+
+
+def cmd_types(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", "/saga-types")
+
+
+def cmd_start(client: httpx.Client, args: argparse.Namespace) -> Any:
+    body: dict[str, Any] = {"type": args.type, "input": args.input}
+    if args.saga_id:
+        body["saga_id"] = args.saga_id
+    if args.version:
+        body["version"] = args.version
+    return _call(client, "POST", "/sagas", json=body)
+
+
+def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {"reason": args.reason}
+    for name in ("step", "payload", "result"):
+        value = getattr(args, name, None)
+        if value is not None:
+            body[name] = value
+    final = getattr(args, "final_status", None) if args.command == "bulk" else \
+        getattr(args, "status", None)
+    if final is not None:
+        body["status"] = final
+    return body
+
+
+def cmd_repair(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "POST", f"/sagas/{args.saga_id}/{args.command}",
+                 json=_repair_body(args))
+
+
+def cmd_bulk(client: httpx.Client, args: argparse.Namespace) -> Any:
+    flt = _filter_params(args)
+    if "type" in flt:
+        flt["saga_type"] = flt.pop("type")
+    if "stuck" in flt:
+        flt["stuck"] = True
+    body = _repair_body(args) | {"verb": args.verb, "filter": flt,
+                                 "max_sagas": args.max_sagas}
+    return _call(client, "POST", "/repairs", json=body)
+
+
+def cmd_job(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/repairs/{args.job_id}")
+
+
+def cmd_letters(client: httpx.Client, args: argparse.Namespace) -> Any:
+    base = "/outbox/dead-letters" if args.outbox else "/dead-letters"
+    if args.action == "list":
+        return _call(client, "GET", base, params={"limit": args.limit})
+    if args.id is None:
+        raise CliError(f"dead-letters {args.action} needs an id", 2)
+    if args.action == "show":
+        return _call(client, "GET", f"{base}/{args.id}")
+    if args.action == "requeue":
+        return _call(client, "POST", f"{base}/{args.id}/requeue")
+    return _call(client, "DELETE", f"{base}/{args.id}")
+
+
+def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
+    command = args.command
+    if command == "list":
+        out.write(table(data["items"], ["saga_id", "saga_type", "version", "status", "state",
+                                        "retries", "stuck", "created_at"]))
+        if data.get("next_cursor"):
+            out.write(f"next page: --cursor {data['next_cursor']}\n")
+    elif command in ("show", "start", *_VERBS):
+        out.write(render_saga(data))
+    elif command == "history":
+        out.write(render_history(data))
+    elif command == "diagram":
+        out.write(data["mermaid"])
+    elif command == "dead":
+        out.write(render_dead(data))
+    elif command == "types":
+        out.write(table(data, ["name", "version", "latest"]))
+    elif command in ("bulk", "job"):
+        out.write(render_job(data))
+    elif command == "dead-letters":
+        if isinstance(data, list):
+            out.write(table(data, ["id", "source", "topic", "reason", "created_at"]
+                            if not args.outbox else
+                            ["id", "topic", "key", "error_class", "reason", "failed_at"]))
+        else:
+            out.write(json.dumps(data, indent=2) + "\n")
+
+
+def _add_filter(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--type", help="saga type")
+    p.add_argument("--version", type=int)
+    p.add_argument("--status", choices=["running", "completed", "compensating", "compensated",
+                                        "dead", "cancelled"])
+    p.add_argument("--current-step", dest="current_step")
+    p.add_argument("--min-age", dest="min_age_seconds", type=float, metavar="SECONDS")
+    p.add_argument("--max-age", dest="max_age_seconds", type=float, metavar="SECONDS")
+    p.add_argument("--stuck", action="store_true", help="only stuck sagas")
+    p.add_argument("--min-retries", dest="min_retries", type=int)
+
+
+def _add_repair_options(p: argparse.ArgumentParser, verb: str) -> None:
+    p.add_argument("--reason", "-r", required=True, help="why (recorded in the history)")
+    if verb in ("retry", "skip", "compensate", "bulk"):
+        p.add_argument("--step", help="the step (default: the failed or stuck one)")
+    if verb in ("retry", "compensate", "bulk"):
+        p.add_argument("--payload", type=_json_arg, help="replacement command payload (JSON)")
+    if verb in ("skip", "bulk"):
+        p.add_argument("--result", type=_json_arg, help="the skipped step's result (JSON)")
+    if verb == "resolve":
+        p.add_argument("--status", choices=["completed", "compensated"], default="completed",
+                       help="the final status")
+    if verb == "bulk":
+        p.add_argument("--final-status", dest="final_status",
+                       choices=["completed", "compensated"], help="resolve: the final status")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="saga", description="Operate sagaflow sagas.")
+    parser.add_argument("--url", default=os.environ.get("SAGAFLOW_API_URL",
+                                                        "http://127.0.0.1:8080"))
+    parser.add_argument("--token", default=os.environ.get("SAGAFLOW_API_TOKEN"))
+    parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Handler, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("list", cmd_list, "list sagas")
+    _add_filter(p)
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--sort", default="-created_at")
+    p.add_argument("--cursor")
+    for name, fn, text in (("show", cmd_show, "a saga's status and steps"),
+                           ("history", cmd_history, "a saga's event history"),
+                           ("diagram", cmd_diagram, "a saga's Mermaid diagram")):
+        add(name, fn, text).add_argument("saga_id")
+    p = add("dead", cmd_dead, "the dead-saga queue")
+    p.add_argument("--type")
+    p.add_argument("--limit", type=int, default=50)
+    add("types", cmd_types, "registered saga types")
+    p = add("start", cmd_start, "start a saga")
+    p.add_argument("type")
+    p.add_argument("input", type=_json_arg, help="the input (JSON object)")
+    p.add_argument("--saga-id", dest="saga_id")
+    p.add_argument("--version", type=int)
+    for verb in _VERBS:
+        p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
+        p.add_argument("saga_id")
+        _add_repair_options(p, verb)
+    p = add("bulk", cmd_bulk, "apply a repair verb to every matching saga (a durable job)")
+    p.add_argument("verb", choices=_VERBS)
+    _add_filter(p)
+    _add_repair_options(p, "bulk")
+    p.add_argument("--max-sagas", dest="max_sagas", type=int, default=1000)
+    add("job", cmd_job, "a bulk repair job's progress and results").add_argument("job_id")
+    p = add("dead-letters", cmd_letters, "list, show, requeue or discard dead letters")
+    p.add_argument("action", choices=["list", "show", "requeue", "discard"])
+    p.add_argument("id", nargs="?", type=int)
+    p.add_argument("--outbox", action="store_true", help="the outbox's dead letters")
+    p.add_argument("--limit", type=int, default=100)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+         transport: httpx.BaseTransport | None = None) -> int:
+    """Run the CLI; returns the exit code. ``transport`` lets tests bypass the network."""
+    args = _parser().parse_args(argv)
+    stream = out if out is not None else sys.stdout
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        with httpx.Client(base_url=args.url, headers=headers, timeout=args.timeout,
+                          transport=transport) as client:
+            data = args.fn(client, args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    if args.json:
+        stream.write(json.dumps(data, indent=2) + "\n")
+    else:
+        _render(args, data, stream)
+    return 0

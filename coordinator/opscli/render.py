@@ -1,0 +1,62 @@
+"""Plain-text tables and sheets for the ``saga`` CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["render_dead", "render_history", "render_job", "render_saga", "table"]
+
+
+def _cell(value: Any, width: int = 60) -> str:
+    text = "" if value is None else value if isinstance(value, str) else json.dumps(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    if not rows:
+        return "(none)\n"
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def render_saga(data: Mapping[str, Any]) -> str:
+    head = [f"saga     {data['saga_id']}",
+            f"type     {data['saga_type']} v{data['version']}",
+            f"status   {data['status']} ({data['state']})"]
+    if data.get("reason"):
+        head.append(f"reason   {data['reason']}")
+    if data.get("dead_step"):
+        head.append(f"dead at  {data['dead_step']}")
+    head.append(f"input    {_cell(data.get('input'), 200)}")
+    steps = [{"step": s["key"], "phase": s["phase"], "attempts": s["attempts"],
+              "last_error": (s["last_error"] or {}).get("message"), "result": s["result"]}
+             for s in data.get("steps", [])]
+    return "\n".join(head) + "\n\n" + table(steps, ["step", "phase", "attempts", "last_error",
+                                                    "result"])
+
+
+def render_history(data: Mapping[str, Any]) -> str:
+    rows = [{"seq": e["seq"], "at": e["recorded_at"], "type": e["type"], "actor": e["actor"],
+             "reason": e.get("reason"), "what": "; ".join(e.get("annotation") or [])
+             if isinstance(e.get("annotation"), list) else e.get("annotation")}
+            for e in data["entries"]]
+    return table(rows, ["seq", "at", "type", "actor", "reason", "what"])
+
+
+def render_dead(data: Mapping[str, Any]) -> str:
+    rows = [{**d, "last_error": (d.get("last_error") or {}).get("message")}
+            for d in data["items"]]
+    return table(rows, ["saga_id", "saga_type", "step", "attempts", "reason", "last_error"])
+
+
+def render_job(data: Mapping[str, Any]) -> str:
+    head = (f"job      {data['job_id']}\nverb     {data['verb']} by {data['actor']}\n"
+            f"status   {data['status']} ({data['total']} sagas: "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(data['counts'].items()))})\n\n")
+    return head + table(data["items"], ["saga_id", "outcome", "status", "message"])

@@ -1,0 +1,111 @@
+"""A small launcher for the example stack, shared by demos and end-to-end tests.
+
+The coordinator worker, the relay and the three example services each run as their own
+process (own process group, log file per process); :func:`processes` stops them with SIGTERM
+(then SIGKILL after a bound) so they flush their telemetry on the way out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import asyncpg
+
+__all__ = ["SAGA", "SERVICES", "Command", "fresh_database", "processes", "stack_commands"]
+
+SAGA = "examples.order_saga:OrderSaga"
+SERVICES = ("payments", "inventory", "shipping")
+
+#: argv and extra environment of one process.
+Command = tuple[list[str], dict[str, str]]
+
+
+def dsn_for(base: str, database: str) -> str:
+    return base.rsplit("/", 1)[0] + "/" + database
+
+
+async def fresh_database(admin_dsn: str, name: str) -> str:
+    """Drop and create database ``name``; return its DSN."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return dsn_for(admin_dsn, name)
+
+
+async def drop_database(admin_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def stack_commands(
+    *,
+    coordinator_dsn: str,
+    service_dsns: Mapping[str, str],
+    kafka: str,
+    topic_prefix: str,
+    env: Mapping[str, str] | None = None,
+    per_process_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Command]:
+    """The commands of the whole stack: ``coordinator``, ``relay`` and one per service."""
+    py = sys.executable
+    extra = dict(env or {})
+    own = per_process_env or {}
+    common = {**extra, "SAGAFLOW_KAFKA_BOOTSTRAP": kafka, "SAGAFLOW_TOPIC_PREFIX": topic_prefix}
+    commands: dict[str, Command] = {
+        "coordinator": ([py, "-m", "coordinator", "worker"],
+                        {**common, "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": SAGA}),
+        "relay": ([py, "-m", "outbox_relay"],
+                  {**extra, "SAGAFLOW_RELAY_POSTGRES_DSN": coordinator_dsn,
+                   "SAGAFLOW_RELAY_KAFKA_BOOTSTRAP": kafka}),
+    }
+    for name, dsn in service_dsns.items():
+        commands[name] = ([py, "-m", f"examples.services.{name}"],
+                          {**common, "SAGAFLOW_PARTICIPANT_DSN": dsn})
+    for name, env_of in own.items():
+        commands[name][1].update(env_of)
+    return commands
+
+
+@contextmanager
+def processes(
+    commands: Mapping[str, Command], logs: Path, *, grace: float = 15.0, quiet: bool = False
+) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """Run each command as its own process group; SIGTERM them all on exit."""
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, (argv, env) in commands.items():
+            with open(logs / f"{name}.log", "wb") as log:
+                procs[name] = subprocess.Popen(
+                    argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            if not quiet:
+                print(f"  started {name:<11} pid {procs[name].pid}  log {logs / (name + '.log')}")
+        yield procs
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for name, proc in procs.items():
+            try:
+                code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            if not quiet:
+                print(f"  stopped {name:<11} exit {code}")

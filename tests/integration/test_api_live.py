@@ -1,0 +1,196 @@
+"""The API served by ``python -m coordinator api`` (uvicorn, real Postgres): a schemathesis
+fuzz run over every operation, and the ``saga`` CLI against it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from coordinator.opscli import main as saga_cli
+from coordinator.store import SagaStore
+from tests.integration.test_api_support import ADMIN, OPERATOR, TOKENS, VIEWER, make_dead
+from tests.integration.test_store_support import ManualClock, make_registry, migrated
+
+pytestmark = pytest.mark.integration
+
+SAGAS = ["tests.integration.test_store_support:TccOrder",
+         "tests.integration.test_store_support:ShipOrder"]
+PREFIX = "apilive"
+
+
+@dataclass
+class Live:
+    url: str
+    dsn: str
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def live(fresh_db: str) -> AsyncIterator[Live]:
+    await migrated(fresh_db)
+    port = _port()
+    env = {**os.environ, "SAGAFLOW_API_TOKENS": TOKENS, "SAGAFLOW_API_RUN_JOBS": "true"}
+    cmd = [sys.executable, "-m", "coordinator", "api", "--dsn", fresh_db, "--port", str(port),
+           "--topic-prefix", PREFIX, *[a for s in SAGAS for a in ("--saga", s)]]
+    proc = subprocess.Popen(  # noqa: ASYNC220 - a server we keep running, never wait on
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(100):
+                try:
+                    if (await client.get(f"{url}/openapi.json")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+                await asyncio.sleep(0.1)
+        yield Live(url, fresh_db)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+async def seeded_store(live: Live) -> AsyncIterator[tuple[SagaStore, ManualClock]]:
+    clock = ManualClock()
+    async with await SagaStore.open(live.dsn, make_registry(PREFIX), max_size=2,
+                                    clock=clock) as store:
+        yield store, clock
+
+
+async def test_schemathesis_finds_no_server_error_or_schema_violation(
+    live: Live, seeded_store: tuple[SagaStore, ManualClock],
+) -> None:
+    import hypothesis
+    import schemathesis
+    from hypothesis import HealthCheck, Phase
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    store, clock = seeded_store
+    await make_dead(store, clock, 2)
+    await store.start_saga("tcc_order", {"order_id": "x", "amount": 1})
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance,
+              response_schema_conformance, response_headers_conformance]
+    examples = int(os.environ.get("SAGAFLOW_FUZZ_EXAMPLES", "25"))
+    stats: dict[str, Any] = {"cases": 0, "operations": 0, "failures": []}
+
+    def run() -> None:
+        schema = schemathesis.openapi.from_url(f"{live.url}/openapi.json")
+        stats["deadline"] = time.monotonic() + 60
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            stats["operations"] += 1
+            for token in (ADMIN, VIEWER):
+                try:
+                    fuzzer(operation, token)()
+                except Exception as exc:  # keep going: report every failing operation
+                    if not stats["failures"] or operation.label not in stats["failures"][-1]:
+                        stats["failures"].append(f"{operation.label}: {exc!r}"[:2000])
+
+    def fuzzer(operation: Any, token: str) -> Any:
+        @hypothesis.given(case=operation.as_strategy())
+        @hypothesis.settings(max_examples=examples, deadline=None, database=None,
+                             phases=[Phase.explicit, Phase.generate],
+                             suppress_health_check=list(HealthCheck))
+        def fuzz(case: Any) -> None:
+            if time.monotonic() > stats["deadline"]:
+                return
+            stats["cases"] += 1
+            try:
+                case.call_and_validate(base_url=live.url, checks=checks,
+                                       headers={"Authorization": f"Bearer {token}"})
+            except Exception as exc:
+                stats["failures"].append(f"{operation.label}: {exc}"[:2000])
+                raise
+
+        return fuzz
+
+    await asyncio.to_thread(run)
+    print(f"schemathesis: {stats['operations']} operations, {stats['cases']} cases, "
+          f"{len(stats['failures'])} failures")
+    assert stats["operations"] >= 18
+    assert not stats["failures"], "\n\n".join(stats["failures"][:5])
+
+
+def _cli(live: Live, *argv: str, token: str = OPERATOR) -> tuple[int, str]:
+    out = io.StringIO()
+    code = saga_cli(["--url", live.url, "--token", token, *argv], out=out)
+    return code, out.getvalue()
+
+
+async def test_cli_mirrors_the_api(live: Live,
+                                   seeded_store: tuple[SagaStore, ManualClock]) -> None:
+    store, clock = seeded_store
+    a, b, c = await make_dead(store, clock, 3)
+
+    def scenario() -> None:
+        code, text = _cli(live, "dead")
+        assert code == 0 and str(a) in text and "SAGA_ID" in text
+        code, text = _cli(live, "--json", "list", "--status", "dead", "--limit", "2")
+        page = json.loads(text)
+        assert code == 0 and len(page["items"]) == 2 and page["next_cursor"]
+        code, text = _cli(live, "show", str(a))
+        assert code == 0 and "status   dead" in text
+        code, text = _cli(live, "cancel", str(a), "--reason", "stop")
+        assert code == 1
+        code, text = _cli(live, "retry", str(a), "--reason", "fixed", "--payload", '{"x": 1}')
+        assert code == 0 and "compensating" in text
+        code, text = _cli(live, "history", str(a))
+        assert code == 0 and "operator:olga" in text and "fixed" in text
+        code, text = _cli(live, "diagram", str(a))
+        assert code == 0 and text.startswith("stateDiagram-v2")
+        code, text = _cli(live, "resolve", str(b), "-r", "by hand", "--status", "compensated")
+        assert code == 0 and "compensated" in text
+        code, text = _cli(live, "--json", "bulk", "resolve", "--status", "dead", "-r", "bulk")
+        job = json.loads(text)
+        assert code == 0 and job["total"] == 1
+        for _ in range(100):
+            code, text = _cli(live, "--json", "job", job["job_id"], token=VIEWER)
+            if json.loads(text)["status"] == "done":
+                break
+            time.sleep(0.1)
+        assert json.loads(text)["counts"] == {"applied": 1}
+        code, text = _cli(live, "skip", str(c), "-r", "x", token=VIEWER)
+        assert code == 1
+        code, text = _cli(live, "types")
+        assert code == 0 and "ship_order" in text
+        code, text = _cli(live, "dead-letters", "list")
+        assert code == 0 and "(none)" in text
+        code, text = _cli(live, "dead-letters", "discard", "5", token=ADMIN)
+        assert code == 1
+
+    await asyncio.to_thread(scenario)
+
+
+def test_cli_reports_connection_errors() -> None:
+    out = io.StringIO()
+    assert saga_cli(["--url", f"http://127.0.0.1:{_port()}", "list"], out=out) == 2
+
