@@ -20,6 +20,7 @@ from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.settings import ApiSettings
 from coordinator.observability.api import ApiMetrics, mount_observability
+from coordinator.observability.settings import ObservabilitySettings
 from coordinator.store import SagaStore
 
 __all__ = ["create_app"]
@@ -74,7 +75,7 @@ def create_app(
                                      poll=settings.api_job_poll)
         app.state.ctx = Context(
             store=the_store, registry=the_store.registry, clock=clock,
-            stuck_after=settings.api_stuck_after,
+            stuck_policy=ObservabilitySettings().stuck_policy(),
             wake_jobs=runner.wake if runner is not None else (lambda: None))
         try:
             if runner is not None:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from fastapi import Request
 
 from coordinator.api.errors import ErrorBody
+from coordinator.observability.settings import StuckPolicy
+from coordinator.observability.stuck import list_stuck
 from coordinator.store import SagaStore
 
 __all__ = ["ERRORS", "Context", "context"]
+
+#: Most stuck sagas the API considers at once; beyond it, narrow the filter.
+_STUCK_LIMIT = 10_000
 
 
 def _e(text: str) -> dict[str, Any]:
@@ -36,12 +42,18 @@ class Context:
     store: SagaStore
     registry: Any
     clock: Callable[[], datetime]
-    stuck_after: timedelta
+    #: The same policy the worker's stuck scan applies (``SAGAFLOW_STUCK_*``).
+    stuck_policy: StuckPolicy
     #: Wakes the bulk-repair runner of this process, if it runs one.
     wake_jobs: Callable[[], None]
 
     def now(self) -> datetime:
         return self.clock()
+
+    async def stuck_ids(self, conn: Any) -> frozenset[UUID]:
+        """Ids of the sagas the stuck policy flags now (one indexed scan of in-flight sagas)."""
+        found = await list_stuck(conn, self.stuck_policy, now=self.now(), limit=_STUCK_LIMIT)
+        return frozenset(s.saga_id for s in found)
 
 
 def context(request: Request) -> Context:

@@ -16,7 +16,7 @@ import json
 import logging
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any, Final, Self
 from uuid import UUID
@@ -47,12 +47,12 @@ def job_marker(job_id: UUID) -> str:
 
 async def create_job(
     conn: asyncpg.Connection, request: BulkRepairRequest, *, actor: str, now: datetime,
-    stuck_after: timedelta,
+    stuck_ids: Collection[UUID],
 ) -> UUID:
     """Insert the job and one item per matching saga, in one transaction."""
     job_id = uuid.uuid4()
     async with conn.transaction():
-        ids = await matching_ids(conn, request.filter, now=now, stuck_after=stuck_after,
+        ids = await matching_ids(conn, request.filter, now=now, stuck_ids=stuck_ids,
                                  limit=request.max_sagas + 1)
         if len(ids) > request.max_sagas:
             raise JobTooLarge(f"the filter matches more than {request.max_sagas} sagas; "

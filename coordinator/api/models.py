@@ -341,10 +341,8 @@ def retries(state: SagaState) -> int:
                default=0)
 
 
-def summary(record: SagaRecord, now: datetime, stuck_after_s: float) -> dict[str, Any]:
+def summary(record: SagaRecord, stuck: bool) -> dict[str, Any]:
     state = record.state
-    stuck = (state.status in (Status.RUNNING, Status.COMPENSATING)
-             and (now - record.last_progress_at).total_seconds() > stuck_after_s)
     return {
         "saga_id": record.saga_id,
         "saga_type": record.saga_type,
@@ -371,7 +369,7 @@ def _error(state: SagaState, key: str | None) -> ErrorOut | None:
                                              at=err.at)
 
 
-def detail(record: SagaRecord, now: datetime, stuck_after_s: float) -> SagaDetail:
+def detail(record: SagaRecord, stuck: bool) -> SagaDetail:
     state = record.state
     steps = [
         StepOut(key=s.key, node=s.node, phase=s.phase,
@@ -381,7 +379,7 @@ def detail(record: SagaRecord, now: datetime, stuck_after_s: float) -> SagaDetai
                 finished_at=s.finished_at, note=s.note)
         for s in state.steps.values()
     ]
-    return SagaDetail(**summary(record, now, stuck_after_s), input=state.input, steps=steps,
+    return SagaDetail(**summary(record, stuck), input=state.input, steps=steps,
                       result=state.results(), dead_step=state.dead_step,
                       resolution=state.resolution, history_length=record.history_seq,
                       finished_at=state.finished_at)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -18,7 +18,7 @@ import asyncpg
 
 from coordinator.api.errors import BadRequest
 from coordinator.api.models import SagaFilter, SagaSort
-from coordinator.engine import SagaState, Status, StepPhase
+from coordinator.engine import SagaState, StepPhase
 from coordinator.store import SagaRecord
 
 __all__ = ["Page", "list_sagas", "matching_ids"]
@@ -28,7 +28,6 @@ _COLUMNS: Final = (
     "created_at, updated_at, last_progress_at"
 )
 _ACTIVE: Final = [p.value for p in StepPhase if p.is_active]
-_STUCKABLE: Final = [Status.RUNNING.value, Status.COMPENSATING.value]
 
 
 def record(row: Mapping[str, Any]) -> SagaRecord:
@@ -66,7 +65,7 @@ class _Where:
         return f"WHERE {' AND '.join(self.parts)}" if self.parts else ""
 
 
-def _where(f: SagaFilter, now: datetime, stuck_after: timedelta) -> _Where:
+def _where(f: SagaFilter, now: datetime, stuck_ids: Collection[UUID]) -> _Where:
     w = _Where()
     if f.saga_type is not None:
         w.add("saga_type = {0}", f.saga_type)
@@ -79,8 +78,8 @@ def _where(f: SagaFilter, now: datetime, stuck_after: timedelta) -> _Where:
     if f.max_age_seconds is not None:
         w.add("created_at >= {0}", now - timedelta(seconds=f.max_age_seconds))
     if f.stuck is not None:
-        cond = "(status = ANY({0}::text[]) AND last_progress_at < {1})"
-        w.add(cond if f.stuck else f"NOT {cond}", _STUCKABLE, now - stuck_after)
+        cond = "id = ANY({0}::uuid[])"
+        w.add(cond if f.stuck else f"NOT {cond}", list(stuck_ids))
     if f.current_step is not None:
         w.add("(CASE WHEN status = 'dead' THEN snapshot->>'dead_step' = {0} "
               "ELSE snapshot->'steps'->{0}->>'phase' = ANY({1}::text[]) END)",
@@ -116,7 +115,7 @@ async def list_sagas(
     f: SagaFilter,
     *,
     now: datetime,
-    stuck_after: timedelta,
+    stuck_ids: Collection[UUID],
     sort: SagaSort = SagaSort.CREATED_DESC,
     limit: int = 50,
     cursor: str | None = None,
@@ -124,7 +123,7 @@ async def list_sagas(
     """One page of sagas matching ``f``, ordered by ``sort`` then id (keyset pagination)."""
     column = sort.value.lstrip("-")
     descending = sort.value.startswith("-")
-    w = _where(f, now, stuck_after)
+    w = _where(f, now, stuck_ids)
     if cursor is not None:
         at, sid = _decode(cursor, sort)
         w.add(f"({column}, id) {'<' if descending else '>'} ({{0}}, {{1}})", at, sid)
@@ -146,11 +145,11 @@ async def list_sagas(
 
 
 async def matching_ids(
-    conn: asyncpg.Connection, f: SagaFilter, *, now: datetime, stuck_after: timedelta,
+    conn: asyncpg.Connection, f: SagaFilter, *, now: datetime, stuck_ids: Collection[UUID],
     limit: int,
 ) -> list[UUID]:
     """Ids of up to ``limit`` sagas matching ``f``, oldest first."""
-    w = _where(f, now, stuck_after)
+    w = _where(f, now, stuck_ids)
     w.args.append(limit)
     rows = await conn.fetch(
         f"SELECT id FROM sagas {w.sql()} "  # noqa: S608 - fixed fragments only

@@ -33,7 +33,7 @@ async def post_repair(body: BulkRepairRequest, ctx: Ctx,
     async with ctx.store.pool.acquire() as conn:
         try:
             job_id = await create_job(conn, body, actor=who.name, now=ctx.now(),
-                                      stuck_after=ctx.stuck_after)
+                                      stuck_ids=await ctx.stuck_ids(conn))
         except JobTooLarge as exc:
             raise ApiError(str(exc), status=422, code="too_many_sagas") from None
         job = await get_job(conn, job_id)

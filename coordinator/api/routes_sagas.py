@@ -58,8 +58,9 @@ async def _record(ctx: Context, saga_id: UUID) -> SagaRecord:
     return record
 
 
-def _detail(ctx: Context, record: SagaRecord) -> SagaDetail:
-    return detail(record, ctx.now(), ctx.stuck_after.total_seconds())
+async def _detail(ctx: Context, record: SagaRecord) -> SagaDetail:
+    stuck = record.saga_id in await ctx.stuck_ids(ctx.store.pool)
+    return detail(record, stuck)
 
 
 def saga_filter(
@@ -100,7 +101,7 @@ async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
         response.status_code = 200
     audit.info("start %s saga=%s by=%s created=%s", body.type, started.record.saga_id,
                who.name, started.created)
-    return _detail(ctx, started.record)
+    return await _detail(ctx, started.record)
 
 
 @router.get("/sagas", response_model=SagaPageOut, tags=["sagas"], summary="List sagas")
@@ -112,17 +113,17 @@ async def get_sagas(
 ) -> SagaPageOut:
     now = ctx.now()
     async with ctx.store.pool.acquire() as conn:
-        page = await list_sagas(conn, f, now=now, stuck_after=ctx.stuck_after, sort=sort,
+        stuck = await ctx.stuck_ids(conn)
+        page = await list_sagas(conn, f, now=now, stuck_ids=stuck, sort=sort,
                                 limit=limit, cursor=cursor)
-    secs = ctx.stuck_after.total_seconds()
-    return SagaPageOut(items=[SagaSummary(**summary(r, now, secs)) for r in page.items],
+    return SagaPageOut(items=[SagaSummary(**summary(r, r.saga_id in stuck)) for r in page.items],
                        next_cursor=page.next_cursor)
 
 
 @router.get("/sagas/{saga_id}", response_model=SagaDetail, tags=["sagas"],
             summary="A saga: status, input, steps, result")
 async def get_saga(saga_id: SagaId, ctx: Ctx, _: Viewer) -> SagaDetail:
-    return _detail(ctx, await _record(ctx, saga_id))
+    return await _detail(ctx, await _record(ctx, saga_id))
 
 
 @router.get("/sagas/{saga_id}/history", response_model=HistoryOut, tags=["sagas"],
@@ -162,7 +163,7 @@ async def get_dead(
 ) -> DeadSagaPageOut:
     f = _filter(saga_type=saga_type, status=Status.DEAD)
     async with ctx.store.pool.acquire() as conn:
-        page = await list_sagas(conn, f, now=ctx.now(), stuck_after=ctx.stuck_after,
+        page = await list_sagas(conn, f, now=ctx.now(), stuck_ids=(),
                                 limit=limit, cursor=cursor)
     return DeadSagaPageOut(items=[dead_saga(r) for r in page.items],
                            next_cursor=page.next_cursor)
@@ -172,7 +173,7 @@ async def _repair(ctx: Context, saga_id: UUID, verb: RepairVerb, who: Principal,
                   options: RepairOptions) -> SagaDetail:
     await apply_repair(ctx.store, saga_id, verb, principal=who.name, reason=reason,
                        options=options)
-    return _detail(ctx, await _record(ctx, saga_id))
+    return await _detail(ctx, await _record(ctx, saga_id))
 
 
 _REPAIR = {"response_model": SagaDetail, "tags": ["repairs"]}

@@ -31,8 +31,6 @@ class ApiSettings(BaseSettings):
     api_tokens_file: Path | None = None
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
-    #: A running or compensating saga without progress for this long counts as stuck.
-    api_stuck_after: timedelta = timedelta(minutes=5)
     #: Run the bulk-repair job runner in this process.
     api_run_jobs: bool = True
     #: How long a runner owns a claimed job without renewing its lease.

@@ -64,7 +64,7 @@ async def api_store(
 @pytest.fixture
 async def api(api_store: tuple[SagaStore, ManualClock]) -> AsyncIterator[Api]:
     store, clock = api_store
-    settings = ApiSettings(api_stuck_after=timedelta(minutes=5))
+    settings = ApiSettings()
     app = create_app(settings, store=store, auth=TokenAuth.parse(TOKENS), clock=clock,
                      run_jobs=False)
     async with app.router.lifespan_context(app), httpx.AsyncClient(
