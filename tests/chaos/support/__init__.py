@@ -1,0 +1,1 @@
+"""Shared machinery of the chaos scenarios: process stack, TCP proxy, driver and auditor."""

@@ -1,0 +1,41 @@
+"""The common ending of every scenario: wait, audit, print the summary."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from tests.chaos.support.audit import Audit, Poison, audit, summary
+from tests.chaos.support.driver import Order, wait_settled
+from tests.chaos.support.stack import ChaosStack
+
+
+async def finish(
+    name: str,
+    stack: ChaosStack,
+    orders: list[Order],
+    faults: dict[str, int] | Callable[[], dict[str, int]],
+    started: float,
+    *,
+    settle_timeout: float = 60.0,
+    poison: list[Poison] | None = None,
+    unknown_sagas: set[uuid.UUID] | None = None,
+    forged_commands: set[uuid.UUID] | None = None,
+    extra: dict[str, object] | None = None,
+) -> Audit:
+    """Wait until every saga settled (bounded), audit the invariants, print the summary."""
+    await wait_settled(stack.dsn("coordinator"), len(orders), settle_timeout)
+    result = await audit(stack, orders, poison=poison or [],
+                         unknown_sagas=unknown_sagas or set(),
+                         forged_commands=forged_commands or set())
+    if callable(faults):
+        faults = faults()  # counted once everything settled
+    crashed = [n for n in stack.dead_processes() if stack.procs[n].kills == 0]
+    for proc in crashed:
+        result.fail(f"process {proc} exited on its own:\n{stack.log_tail(proc, 15)}")
+    print("\n" + summary(name, result, faults, time.monotonic() - started, extra))
+    if result.violations:
+        for proc in stack.procs:
+            print(f"----- tail of {proc} -----\n{stack.log_tail(proc, 12)}")
+    return result
