@@ -39,6 +39,7 @@ from participant_sdk.protocol import (
     envelope_headers,
 )
 from participant_sdk.settings import ParticipantSettings
+from participant_sdk.startup import open_with_retry
 from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
@@ -123,7 +124,9 @@ class ParticipantRunner:
             raise RuntimeError("ParticipantRunner.start() called twice")
         self._started = True
         s = self.settings
-        self._pool = await asyncpg.create_pool(s.dsn, min_size=1, max_size=s.pool_size)
+        self._pool = await open_with_retry(
+            lambda: asyncpg.create_pool(s.dsn, min_size=1, max_size=s.pool_size), what="Postgres"
+        )
         if s.install_schema:
             async with self._pool.acquire() as conn:
                 await install_barrier(conn)
@@ -134,7 +137,7 @@ class ParticipantRunner:
             acks="all",
             client_id=f"sagaflow-participant-{self.name}",
         )
-        await self._producer.start()
+        await open_with_retry(self._producer.start, what="Kafka")
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap,
             group_id=self.group_id,
@@ -144,7 +147,7 @@ class ParticipantRunner:
             max_poll_records=s.max_in_flight,
         )
         self._consumer.subscribe([self.topic], listener=_Listener(self))
-        await self._consumer.start()
+        await open_with_retry(self._consumer.start, what="Kafka")
         if s.metrics_port is not None and self.metrics is not None:
             self.metrics.serve(s.metrics_port)
         self._tasks = [
@@ -399,7 +402,7 @@ def run_participant(
 
     async def main() -> None:
         if setup is not None:
-            conn = await asyncpg.connect(resolved.dsn)
+            conn = await open_with_retry(lambda: asyncpg.connect(resolved.dsn), what="Postgres")
             try:
                 await setup(conn)
             finally:

@@ -25,6 +25,7 @@ from coordinator.serverless import fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from participant_sdk.protocol import reply_topic
+from participant_sdk.startup import open_with_retry
 
 __all__ = ["Worker", "WorkerStateError"]
 
@@ -83,8 +84,11 @@ class Worker:
         self._started = True
         s = self.settings
         if self._store is None:
-            self._store = await SagaStore.open(
-                s.dsn, self.registry, min_size=s.pool_min_size, max_size=s.pool_max_size
+            self._store = await open_with_retry(
+                lambda: SagaStore.open(
+                    s.dsn, self.registry, min_size=s.pool_min_size, max_size=s.pool_max_size
+                ),
+                what="Postgres",
             )
         if s.migrate_on_start:
             async with self.store.pool.acquire() as conn:
@@ -101,7 +105,7 @@ class Worker:
             auto_offset_reset="earliest",
             max_poll_records=s.reply_batch_size,
         )
-        await consumer.start()
+        await open_with_retry(consumer.start, what="Kafka")
         self._consumer = consumer
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),

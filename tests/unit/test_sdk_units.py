@@ -168,3 +168,16 @@ def test_public_surface_is_pinned() -> None:
     ])
     for name in participant_sdk.__all__:
         assert hasattr(participant_sdk, name)
+
+
+def test_startup_retries_only_unavailable_services() -> None:
+    import asyncpg
+    from aiokafka.errors import KafkaConnectionError
+
+    from participant_sdk.startup import is_unavailable
+
+    assert is_unavailable(ConnectionRefusedError())
+    assert is_unavailable(asyncpg.CannotConnectNowError("the database system is starting up"))
+    assert is_unavailable(KafkaConnectionError())
+    assert not is_unavailable(asyncpg.InvalidPasswordError("wrong password"))
+    assert not is_unavailable(ValueError("bad dsn"))

@@ -1,0 +1,61 @@
+"""Open connections at process start even when Postgres or Kafka is not up yet.
+
+Services start in any order (a worker may boot before its database accepts connections, or
+while the broker restarts), so start-up retries connection failures with capped backoff
+instead of exiting with a traceback and leaving every saga waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+import asyncpg
+from aiokafka.errors import KafkaConnectionError
+from tenacity import (
+    AsyncRetrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from participant_sdk.errors import is_transient
+
+__all__ = ["STARTUP_TIMEOUT", "is_unavailable", "open_with_retry"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How long start-up keeps trying before it gives up and the process exits.
+STARTUP_TIMEOUT = timedelta(minutes=2)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """A service that is down, starting or unreachable, as opposed to a misconfiguration."""
+    return isinstance(exc, asyncpg.CannotConnectNowError | KafkaConnectionError) or (
+        is_transient(exc)
+    )
+
+
+async def open_with_retry(
+    open_: Callable[[], Awaitable[T]], *, what: str, give_up_after: timedelta = STARTUP_TIMEOUT
+) -> T:
+    """Run ``open_`` until it succeeds, retrying while the service is unavailable."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_unavailable),
+        wait=wait_exponential_jitter(multiplier=0.2, max=5.0),
+        stop=stop_after_delay(give_up_after.total_seconds()),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            result = await open_()
+            if attempt.retry_state.attempt_number > 1:
+                log.info("%s is available", what)
+            return result
+    raise AssertionError("unreachable")  # pragma: no cover
