@@ -1,0 +1,98 @@
+"""``python -m bench``: the saga stack's throughput, latency, cost per saga and memory.
+
+Sets up fresh databases and topics, starts the coordinator, the relay and the three
+participants as separate processes, measures, prints a table and writes
+``bench/results/saga-<timestamp>.json``. ``--smoke`` runs every phase briefly (CI checks the
+harness, never the speed). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.report import render_table
+from bench.runner import BenchConfig, run_bench
+from bench.stack import RESULTS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--postgres", default=os.environ.get(
+        "SAGAFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:55432/postgres"),
+        help="admin DSN; fresh databases are created beside it")
+    p.add_argument("--kafka", default=os.environ.get(
+        "SAGAFLOW_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092"))
+    p.add_argument("--smoke", action="store_true",
+                   help="every phase for a few seconds with small counts (CI)")
+    p.add_argument("--duration", type=float, default=60.0,
+                   help="closed-loop measurement window of the end-to-end run, seconds")
+    p.add_argument("--open-duration", type=float, default=60.0,
+                   help="open-loop (latency) run length, seconds")
+    p.add_argument("--rate", type=float, default=100.0, help="open-loop start rate, sagas/s")
+    p.add_argument("--extra-rate", type=float, default=50.0,
+                   help="a second open-loop rate, sagas/s (0: none)")
+    p.add_argument("--scale-duration", type=float, default=30.0,
+                   help="closed-loop window of each scale point, seconds")
+    p.add_argument("--warmup", type=float, default=5.0, help="closed-loop warm-up, seconds")
+    p.add_argument("--concurrency", type=int, default=256, help="closed-loop sagas in flight")
+    p.add_argument("--limit-duration", type=float, default=10.0,
+                   help="length of each limit measurement, seconds")
+    p.add_argument("--pg-concurrency", type=int, default=16,
+                   help="connections of the Postgres write-rate limit")
+    p.add_argument("--rss-sagas", type=int, default=100_000,
+                   help="sagas left waiting mid-saga for the memory figure")
+    p.add_argument("--phases", default="limits,e2e,scale,replicas,rss",
+                   help="comma-separated subset of limits,e2e,scale,replicas,rss")
+    p.add_argument("--profile", action="store_true",
+                   help="run the end-to-end stack's processes under cProfile (slower)")
+    p.add_argument("--name", default="saga", help="results file name prefix")
+    p.add_argument("--output", type=Path, default=None, help="write the JSON here instead")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.smoke:
+        config = BenchConfig(
+            postgres=args.postgres, kafka=args.kafka, smoke=True, duration=3.0,
+            open_duration=2.0, rate=args.rate, scale_duration=2.0, warmup=1.0,
+            concurrency=min(args.concurrency, 64), limit_duration=1.0, pg_concurrency=4,
+            rss_sagas=min(args.rss_sagas, 300), extra_rate=0.0,
+            phases=args.phases.split(","), profile=False)
+    else:
+        config = BenchConfig(
+            postgres=args.postgres, kafka=args.kafka, smoke=False, duration=args.duration,
+            open_duration=args.open_duration, rate=args.rate,
+            scale_duration=args.scale_duration, warmup=args.warmup,
+            concurrency=args.concurrency, limit_duration=args.limit_duration,
+            pg_concurrency=args.pg_concurrency, rss_sagas=args.rss_sagas,
+            extra_rate=args.extra_rate,
+            phases=args.phases.split(","), profile=args.profile)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    results: dict[str, Any] = {
+        "name": args.name,
+        "timestamp": stamp,
+        "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "config": config.as_json(),
+    }
+    results.update(asyncio.run(run_bench(config)))
+    print(render_table(results))
+    out = args.output or RESULTS / f"{args.name}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    print(f"\nJSON: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

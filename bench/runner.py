@@ -1,0 +1,323 @@
+"""The bench phases: limits, end to end, scale, replicas and coordinator memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import asyncpg
+
+from bench.breakdown import hop_breakdown
+from bench.limits import kafka_round_trip, postgres_write_rate
+from bench.load import Driver, LoadResult
+from bench.profiles import summarise_profiles
+from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
+from bench.stack import RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
+from coordinator.store import SagaStore
+from coordinator.worker import build_registry
+from participant_sdk.protocol import command_topic, reply_topic
+
+ALL_SAGAS = [f"bench.sagas:{name}" for name in ("Tcc1", "Tcc3", "Tcc6", "Waiting")]
+WARMUP_SAGAS = 20
+
+
+@dataclass
+class BenchConfig:
+    postgres: str
+    kafka: str
+    smoke: bool
+    duration: float
+    open_duration: float
+    rate: float
+    scale_duration: float
+    warmup: float
+    concurrency: int
+    limit_duration: float
+    pg_concurrency: int
+    rss_sagas: int
+    extra_rate: float = 0.0
+    phases: list[str] = field(default_factory=list)
+    profile: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("postgres")
+        data.pop("kafka")
+        return data
+
+
+# -- snapshots and per-saga costs -------------------------------------------------------------
+
+
+async def _snapshot(stack: Stack, driver: Driver) -> dict[str, Any]:
+    return {
+        "t": time.monotonic(),
+        "xacts": await stack.xacts(),
+        "kafka": await stack.kafka_messages(),
+        "cpu": stack.cpu(),
+        "run_delay": stack.run_delay(),
+        "backends": await stack.backend_cpu(exclude={driver.watcher.conn.get_server_pid()}),
+        "driver_cpu": cpu_seconds(os.getpid()),
+        "watcher_polls": driver.watcher.polls,
+    }
+
+
+def _costs(stack: Stack, a: dict[str, Any], b: dict[str, Any], sagas: int) -> dict[str, Any]:
+    """What the stack spent per saga between snapshots ``a`` and ``b``."""
+    n = max(sagas, 1)
+    seconds = b["t"] - a["t"]
+    xacts = {role: b["xacts"][role] - a["xacts"][role] for role in a["xacts"]}
+    polls = b["watcher_polls"] - a["watcher_polls"]
+    # The bench's own completion polls run on the coordinator database; they are not the stack's.
+    xacts["coordinator"] -= polls
+    replies = reply_topic(stack.prefix)
+    msgs = {t: b["kafka"].get(t, 0) - a["kafka"].get(t, 0) for t in b["kafka"]}
+    commands = sum(v for t, v in msgs.items() if t != replies)
+    cpu = {name: b["cpu"][name] - a["cpu"].get(name, 0.0) for name in b["cpu"]}
+    # Backends of the stack and of the driver's start_saga pool; the completion poll's excluded.
+    cpu["postgres (stack backends)"] = sum(
+        v - a["backends"].get(pid, 0.0) for pid, v in b["backends"].items())
+    cpu["bench driver (API + polls)"] = b["driver_cpu"] - a["driver_cpu"]
+    waits = {k: b["run_delay"][k] - a["run_delay"].get(k, 0.0) for k in b["run_delay"]}
+    return {
+        "window_s": seconds,
+        "sagas": sagas,
+        # Share of the window each process was runnable but waiting for a CPU (scheduler).
+        "runqueue_wait_fraction": {k: v / seconds for k, v in waits.items()},
+        "pg_xacts_per_saga": {k: v / n for k, v in xacts.items()},
+        "pg_xacts_per_saga_total": sum(xacts.values()) / n,
+        "bench_poll_xacts_excluded": polls,
+        "kafka_per_saga": {"commands": commands / n, "replies": msgs.get(replies, 0) / n,
+                           "total": (commands + msgs.get(replies, 0)) / n},
+        "cpu_ms_per_saga": {k: v * 1000 / n for k, v in cpu.items()},
+        "cpu_cores": {k: v / seconds for k, v in cpu.items()},
+    }
+
+
+def _load_json(result: LoadResult) -> dict[str, Any]:
+    return {"rate": result.rate, "sagas": result.in_window, "window_s": result.window_s,
+            "started": result.started, "finished": result.finished,
+            "statuses": result.statuses, "latency_ms": result.latency_ms()}
+
+
+@contextlib.asynccontextmanager
+async def _driver(stack: Stack, saga_name: str, steps: int) -> AsyncIterator[Driver]:
+    registry = build_registry(stack.sagas, topic_prefix=stack.prefix)
+    store = await SagaStore.open(stack.coordinator_dsn, registry, min_size=2, max_size=10)
+    conn = await asyncpg.connect(stack.coordinator_dsn)
+    driver = Driver(store, conn, saga_name, steps, tag=uuid.uuid4().hex[:6])
+    try:
+        yield driver
+    finally:
+        await driver.watcher.stop()
+        await conn.close()
+        await store.close()
+
+
+async def _guarded(stack: Stack, coro: Any) -> Any:
+    """Await ``coro`` but fail fast, with the log tail, if a stack process dies meanwhile."""
+    task = asyncio.ensure_future(coro)
+    try:
+        while not task.done():
+            stack.check_alive()
+            await asyncio.wait({task}, timeout=1.0)
+        return task.result()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _closed(stack: Stack, saga_name: str, steps: int, config: BenchConfig,
+                  duration: float) -> dict[str, Any]:
+    async with _driver(stack, saga_name, steps) as driver:
+        await _guarded(stack, driver.warm_up(WARMUP_SAGAS, limit_s=180))
+        snaps: dict[str, dict[str, Any]] = {}
+
+        async def mark(which: str) -> None:
+            stack.check_alive()
+            snaps[which] = await _snapshot(stack, driver)
+
+        result = await _guarded(stack, driver.closed_loop(
+            config.concurrency, config.warmup, duration, mark))
+        out = _load_json(result)
+        out["concurrency"] = config.concurrency
+        out["costs"] = _costs(stack, snaps["start"], snaps["end"], result.in_window)
+        return out
+
+
+async def _open(stack: Stack, saga_name: str, steps: int, config: BenchConfig, rate: float
+                ) -> dict[str, Any]:
+    async with _driver(stack, saga_name, steps) as driver:
+        await _guarded(stack, driver.warm_up(WARMUP_SAGAS, limit_s=180))
+        del driver.started_ids[:]
+        result = await _guarded(stack, driver.open_loop(rate, config.open_duration))
+        out = _load_json(result)
+        out["target_rate"] = rate
+        out["hop_breakdown"] = await hop_breakdown(stack, driver.started_ids)
+        return out
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+async def _limits(config: BenchConfig) -> dict[str, Any]:
+    pg = await postgres_write_rate(config.postgres, concurrency=config.pg_concurrency,
+                                   duration_s=config.limit_duration)
+    kafka = await kafka_round_trip(config.kafka, duration_s=config.limit_duration,
+                                   pings=20 if config.smoke else 300)
+    return {"postgres": pg, "kafka": kafka}
+
+
+async def _e2e(stack: Stack, config: BenchConfig) -> dict[str, Any]:
+    closed = await _closed(stack, Tcc3.name, 3, config, config.duration)
+    await asyncio.sleep(1 if config.smoke else 5)
+    open_ = await _open(stack, Tcc3.name, 3, config, config.rate)
+    out = {"saga": "bench.sagas:Tcc3 (three TCC steps: payments, inventory, shipping)",
+           "closed_loop": closed, "open_loop": open_}
+    if config.extra_rate:
+        await asyncio.sleep(1 if config.smoke else 5)
+        out["open_loop_extra"] = await _open(stack, Tcc3.name, 3, config, config.extra_rate)
+    return out
+
+
+async def _rss(stack: Stack, config: BenchConfig) -> dict[str, Any]:
+    pid = stack.proc("coordinator1").pid
+    async with _driver(stack, "bench_tcc1", 1) as warm:
+        await _guarded(stack, warm.warm_up(WARMUP_SAGAS, limit_s=180))
+    await asyncio.sleep(2)
+    before = proc_status_kb(pid, "VmRSS")
+    absent = command_topic(ABSENT, stack.prefix)
+    base = (await stack.kafka_messages())[absent]
+    count = config.rss_sagas
+    peak = before
+    async with _driver(stack, Waiting.name, 2) as driver:
+        next_i = 0
+        t0 = time.monotonic()
+
+        async def starter() -> None:
+            nonlocal next_i, peak
+            while next_i < count:
+                next_i += 1
+                await driver.start_one(time.time())
+                if next_i % 1000 == 0:
+                    peak = max(peak, proc_status_kb(pid, "VmRSS"))
+
+        await _guarded(stack, asyncio.gather(*(starter() for _ in range(16))))
+        driver.watcher.pending.clear()
+        insert_s = time.monotonic() - t0
+
+        async def all_waiting() -> bool:
+            nonlocal peak
+            peak = max(peak, proc_status_kb(pid, "VmRSS"))
+            return (await stack.kafka_messages())[absent] - base >= count
+
+        await _guarded(stack, wait_for(all_waiting, limit_s=120 + count / 50,
+                                       what=f"{count} sagas waiting on {ABSENT}", interval=1.0))
+        reached_s = time.monotonic() - t0
+    await asyncio.sleep(3)
+    after = proc_status_kb(pid, "VmRSS")
+    conn = await asyncpg.connect(stack.coordinator_dsn)
+    try:
+        running = await conn.fetchval(
+            "SELECT count(*) FROM sagas WHERE saga_type = $1 AND status = 'running'",
+            Waiting.name)
+    finally:
+        await conn.close()
+    return {"sagas": count, "running_in_db": running, "rss_before_mb": before / 1024,
+            "rss_after_mb": after / 1024, "rss_peak_mb": max(peak, after) / 1024,
+            "vm_hwm_mb": proc_status_kb(pid, "VmHWM") / 1024,
+            "start_seconds": insert_s, "all_waiting_seconds": reached_s}
+
+
+async def run_bench(config: BenchConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    phases = set(config.phases)
+    profile_dir = (RESULTS / "profiles" / time.strftime("%Y%m%dT%H%M%S")
+                   if config.profile else None)
+    if "limits" in phases:
+        out["limits"] = await _limits(config)
+    async with contextlib.AsyncExitStack() as stacks:
+        shared: Stack | None = None
+        if config.smoke:
+            shared = await stacks.enter_async_context(
+                Stack(config.postgres, config.kafka, ALL_SAGAS, label="smoke"))
+
+        if "e2e" in phases:
+            async with contextlib.AsyncExitStack() as local:
+                stack = shared if shared is not None else await local.enter_async_context(Stack(
+                    config.postgres, config.kafka, ALL_SAGAS, label="e2e",
+                    profile_dir=profile_dir))
+                out["e2e"] = await _e2e(stack, config)
+            if profile_dir is not None:
+                out["e2e"]["profile"] = summarise_profiles(profile_dir)
+        if "scale" in phases:
+            points = {}
+            for steps in (1, 3, 6):
+                saga = saga_for_steps(steps)
+                async with contextlib.AsyncExitStack() as local:
+                    stack = shared if shared is not None else await local.enter_async_context(Stack(
+                        config.postgres, config.kafka, ALL_SAGAS, label=f"steps{steps}"))
+                    points[str(steps)] = await _closed(stack, saga.name, steps, config,
+                                                       config.scale_duration)
+            out["scale_steps"] = points
+        if "replicas" in phases:
+            async with contextlib.AsyncExitStack() as local:
+                stack = await local.enter_async_context(Stack(
+                    config.postgres, config.kafka, ALL_SAGAS, label="replicas",
+                    coordinators=2, relays=2))
+                out["replicas"] = {"coordinators": 2, "relays": 2, "steps": 3,
+                                   **await _closed(stack, Tcc3.name, 3, config,
+                                                   config.scale_duration)}
+        if "rss" in phases:
+            async with contextlib.AsyncExitStack() as local:
+                stack = shared if shared is not None else await local.enter_async_context(Stack(
+                    config.postgres, config.kafka, ALL_SAGAS, label="rss",
+                    participants=("payments",)))
+                out["coordinator_memory"] = await _rss(stack, config)
+    out["ratios"] = _ratios(out)
+    out["targets"] = _targets(out, config)
+    return out
+
+
+def _ratios(out: dict[str, Any]) -> dict[str, Any]:
+    limits = out.get("limits")
+    closed = out.get("e2e", {}).get("closed_loop")
+    if not limits or not closed:
+        return {}
+    rate = closed["rate"]
+    costs = closed["costs"]
+    pg = limits["postgres"]["rate"]
+    kafka = limits["kafka"]["stream_rate"]
+    return {
+        "saga_rate_over_pg_write_rate": rate / pg,
+        "saga_rate_over_kafka_stream_rate": rate / kafka,
+        "pg_xact_rate_of_stack_over_pg_write_rate":
+            rate * costs["pg_xacts_per_saga_total"] / pg,
+        "kafka_message_rate_of_stack_over_kafka_stream_rate":
+            rate * costs["kafka_per_saga"]["total"] / kafka,
+        "ceiling_by_pg_sagas_per_s": pg / max(costs["pg_xacts_per_saga_total"], 1e-9),
+        "ceiling_by_kafka_sagas_per_s": kafka / max(costs["kafka_per_saga"]["total"], 1e-9),
+    }
+
+
+def _targets(out: dict[str, Any], config: BenchConfig) -> dict[str, Any]:
+    targets: dict[str, Any] = {}
+    e2e = out.get("e2e")
+    if e2e:
+        lat = e2e["open_loop"]["latency_ms"]
+        targets["sustained_ge_300_per_s"] = e2e["closed_loop"]["rate"] >= 300
+        targets["p50_le_50_ms"] = lat["p50"] <= 50
+        targets["p99_le_250_ms"] = lat["p99"] <= 250
+    mem = out.get("coordinator_memory")
+    if mem:
+        targets["rss_lt_200_mb"] = mem["rss_peak_mb"] < 200
+        targets["rss_measured_at_sagas"] = mem["sagas"]
+    return targets
+
+

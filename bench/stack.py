@@ -1,0 +1,294 @@
+"""The whole saga stack as separate processes on fresh databases and fresh topics.
+
+:class:`Stack` creates a coordinator database (migrated) and one database per participant,
+pre-creates the topics of a unique prefix, starts every process in its own process group,
+and kills them all and drops the databases on exit, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench.sagas import ABSENT
+from coordinator.migrations import migrate
+from participant_sdk.protocol import command_topic, reply_topic
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results"
+PARTITIONS = 4
+_TICK = os.sysconf("SC_CLK_TCK")
+
+#: How each participant process is started (module run with ``python -m``).
+PARTICIPANT_MODULES = {
+    "payments": "examples.services.payments",
+    "inventory": "examples.services.inventory",
+    "shipping": "bench.participants",
+}
+
+
+def dsn_for(base: str, database: str) -> str:
+    return base.rsplit("/", 1)[0] + "/" + database
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc/<pid>/stat (0 when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def run_delay_seconds(pid: int) -> float:
+    """Time the process spent runnable but waiting for a CPU (/proc/<pid>/schedstat)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def proc_status_kb(pid: int, key: str) -> int:
+    """A ``kB`` field (VmRSS, VmHWM) of /proc/<pid>/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+
+@dataclass
+class Stack:
+    """One stack: ``async with Stack(...) as stack`` sets up, starts and always tears down."""
+
+    admin_dsn: str
+    kafka: str
+    sagas: list[str]
+    label: str
+    coordinators: int = 1
+    relays: int = 1
+    participants: tuple[str, ...] = ("payments", "inventory", "shipping")
+    profile_dir: Path | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    procs: list[Proc] = field(default_factory=list)
+    prefix: str = ""
+    coordinator_dsn: str = ""
+    participant_dsns: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def databases(self) -> dict[str, str]:
+        """Role -> database name of every database this stack owns."""
+        names = {"coordinator": f"bench_{self.run_id}_coord"}
+        names.update({p: f"bench_{self.run_id}_{p}" for p in self.participants})
+        return names
+
+    @property
+    def topics(self) -> list[str]:
+        names = [command_topic(p, self.prefix) for p in (*PARTICIPANT_MODULES, ABSENT)]
+        return [*names, reply_topic(self.prefix)]
+
+    async def __aenter__(self) -> Stack:
+        try:
+            await self._setup()
+            self._start()
+        except BaseException:
+            await self._teardown()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._teardown()
+
+    # -- setup ---------------------------------------------------------------------------
+
+    async def _setup(self) -> None:
+        self.prefix = f"bench{self.run_id}"
+        admin = await asyncpg.connect(self.admin_dsn)
+        try:
+            for name in self.databases.values():
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        self.coordinator_dsn = dsn_for(self.admin_dsn, self.databases["coordinator"])
+        self.participant_dsns = {
+            p: dsn_for(self.admin_dsn, self.databases[p]) for p in self.participants
+        }
+        conn = await asyncpg.connect(self.coordinator_dsn)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        kafka_admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka)
+        await kafka_admin.start()
+        try:
+            await kafka_admin.create_topics(
+                [NewTopic(t, num_partitions=PARTITIONS, replication_factor=1) for t in self.topics]
+            )
+        finally:
+            await kafka_admin.close()
+
+    def _commands(self) -> list[tuple[str, list[str], dict[str, str]]]:
+        common = {"SAGAFLOW_KAFKA_BOOTSTRAP": self.kafka, "SAGAFLOW_TOPIC_PREFIX": self.prefix,
+                  "SAGAFLOW_LOG_LEVEL": "WARNING"}
+        out: list[tuple[str, list[str], dict[str, str]]] = []
+        for i in range(self.coordinators):
+            out.append((f"coordinator{i + 1}", ["-m", "coordinator", "worker"],
+                        {**common, "SAGAFLOW_DSN": self.coordinator_dsn,
+                         "SAGAFLOW_SAGAS": ",".join(self.sagas),
+                         "SAGAFLOW_GROUP_ID": f"sagaflow-coordinator-{self.run_id}"}))
+        for i in range(self.relays):
+            out.append((f"relay{i + 1}", ["-m", "outbox_relay"],
+                        {"SAGAFLOW_RELAY_POSTGRES_DSN": self.coordinator_dsn,
+                         "SAGAFLOW_RELAY_KAFKA_BOOTSTRAP": self.kafka,
+                         "SAGAFLOW_RELAY_RELAY_ID": f"bench-relay{i + 1}",
+                         "SAGAFLOW_LOG_LEVEL": "WARNING"}))
+        for p in self.participants:
+            out.append((p, ["-m", PARTICIPANT_MODULES[p]],
+                        {**common, "SAGAFLOW_PARTICIPANT_DSN": self.participant_dsns[p]}))
+        return out
+
+    def _start(self) -> None:
+        logs = RESULTS / "logs" / f"{self.label}-{self.run_id}"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name, argv, env in self._commands():
+            if self.profile_dir is not None:
+                self.profile_dir.mkdir(parents=True, exist_ok=True)
+                argv = ["-m", "cProfile", "-o", str(self.profile_dir / f"{name}.prof"), *argv]
+            path = logs / f"{name}.log"
+            with open(path, "wb") as log:
+                popen = subprocess.Popen(
+                    [sys.executable, *argv], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                    start_new_session=True,
+                )
+            self.procs.append(Proc(name, popen, path))
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def stop_processes(self, names: set[str] | None = None, grace: float = 15.0) -> None:
+        """SIGTERM each process group, wait within ``grace``, then SIGKILL what is left."""
+        chosen = [p for p in self.procs if names is None or p.name in names]
+        for proc in chosen:
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in chosen:
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.popen.wait()
+            # Children of the group (none expected) go too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    async def _teardown(self) -> None:
+        try:
+            self.stop_processes()
+        finally:
+            with contextlib.suppress(Exception):
+                admin = await asyncpg.connect(self.admin_dsn)
+                try:
+                    for name in self.databases.values():
+                        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                finally:
+                    await admin.close()
+            with contextlib.suppress(Exception):
+                kafka_admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka)
+                await kafka_admin.start()
+                try:
+                    await kafka_admin.delete_topics(self.topics)
+                finally:
+                    await kafka_admin.close()
+
+    # -- observation ---------------------------------------------------------------------
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            code = proc.popen.poll()
+            if code is not None:
+                tail = proc.log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{proc.name} exited with {code}; log tail:\n{tail}")
+
+    def proc(self, name: str) -> Proc:
+        return next(p for p in self.procs if p.name == name)
+
+    def cpu(self) -> dict[str, float]:
+        return {p.name: cpu_seconds(p.pid) for p in self.procs}
+
+    def run_delay(self) -> dict[str, float]:
+        return {p.name: run_delay_seconds(p.pid) for p in self.procs}
+
+    async def xacts(self) -> dict[str, int]:
+        """pg_stat_database commits per role of this stack's databases."""
+        names = self.databases
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT datname, xact_commit FROM pg_stat_database WHERE datname = ANY($1)",
+                list(names.values()))
+        finally:
+            await conn.close()
+        by_name = {r["datname"]: int(r["xact_commit"]) for r in rows}
+        return {role: by_name.get(db, 0) for role, db in names.items()}
+
+    async def backend_cpu(self, exclude: set[int] | None = None) -> dict[int, float]:
+        """CPU seconds of every Postgres backend connected to this stack's databases."""
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = ANY($1)",
+                                    list(self.databases.values()))
+        finally:
+            await conn.close()
+        return {r["pid"]: cpu_seconds(r["pid"]) for r in rows
+                if r["pid"] not in (exclude or set())}
+
+    async def kafka_messages(self) -> dict[str, int]:
+        """Messages written so far to each topic of this stack (end offsets; topics are new)."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.kafka)
+        await consumer.start()
+        try:
+            parts = [TopicPartition(t, p) for t in self.topics for p in range(PARTITIONS)]
+            ends = await consumer.end_offsets(parts)
+        finally:
+            await consumer.stop()
+        out: dict[str, int] = {}
+        for tp, offset in ends.items():
+            out[tp.topic] = out.get(tp.topic, 0) + offset
+        return out
+
+
+async def wait_for(predicate: Any, limit_s: float, what: str, interval: float = 0.5) -> None:
+    """Await ``predicate()`` until it returns true, or raise after ``limit_s`` seconds."""
+    deadline = time.monotonic() + limit_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {limit_s:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,54 @@
+"""``python -m bench --smoke`` runs every phase end to end (a harness check, not speed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    out_file = tmp_path / "smoke.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--postgres", pg_url,
+         "--kafka", kafka_bootstrap, "--output", str(out_file)],
+        cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=220,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sustained sagas/s" in proc.stdout
+    data = json.loads(out_file.read_text())
+
+    limits = data["limits"]
+    assert limits["postgres"]["rate"] > 0
+    assert limits["kafka"]["stream_rate"] > 0
+    assert limits["kafka"]["round_trip_ms"]["p50"] > 0
+
+    closed = data["e2e"]["closed_loop"]
+    assert closed["rate"] > 0
+    assert closed["costs"]["pg_xacts_per_saga_total"] > 0
+    assert closed["costs"]["kafka_per_saga"]["commands"] > 0
+    assert closed["costs"]["kafka_per_saga"]["replies"] > 0
+    assert set(closed["statuses"]) <= {"completed", "compensated", "cancelled"}
+    assert closed["statuses"].get("completed", 0) > 0
+    open_loop = data["e2e"]["open_loop"]
+    assert open_loop["sagas"] > 0
+    assert set(open_loop["latency_ms"]) >= {"p50", "p95", "p99"}
+
+    assert set(data["scale_steps"]) == {"1", "3", "6"}
+    assert all(point["rate"] > 0 for point in data["scale_steps"].values())
+    assert data["replicas"]["coordinators"] == 2 and data["replicas"]["rate"] > 0
+
+    memory = data["coordinator_memory"]
+    assert memory["running_in_db"] == memory["sagas"] > 0
+    assert memory["rss_before_mb"] > 0 and memory["rss_after_mb"] > 0
+
+    assert data["ratios"]["saga_rate_over_pg_write_rate"] > 0
+    assert {"sustained_ge_300_per_s", "p50_le_50_ms", "p99_le_250_ms",
+            "rss_lt_200_mb"} <= set(data["targets"])
