@@ -1,8 +1,8 @@
 """A saga class compiled for the engine: resolved policies and an explicit state machine.
 
 State names: ``start``; for each step ``<key>.<phase>`` with phase ``trying``, ``executing``,
-``confirming``, ``cancelling`` or ``compensating``; and the ends ``completed``,
-``compensated``, ``cancelled`` and ``dead``.
+``cancelling`` or ``compensating``; ``confirming`` (all TCC steps confirm together); and the
+ends ``completed``, ``compensated``, ``cancelled`` and ``dead``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel
@@ -132,11 +133,17 @@ class CompiledSaga:
     def command_topic(self, step: CompiledStep) -> str:
         return command_topic(step.participant, self.topic_prefix)
 
+    @cached_property
+    def _by_name(self) -> dict[str, CompiledStep]:
+        return {s.name: s for s in self.steps}
+
+    @cached_property
+    def order(self) -> dict[str, int]:
+        """Position of each step in the declaration."""
+        return {s.name: i for i, s in enumerate(self.steps)}
+
     def step(self, name: str) -> CompiledStep:
-        for step in self.steps:
-            if step.name == name:
-                return step
-        raise KeyError(name)
+        return self._by_name[name]
 
     def to_json(self) -> dict[str, Any]:
         """The definition and its state machine, JSON-ready."""

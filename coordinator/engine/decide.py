@@ -23,7 +23,7 @@ from coordinator.engine.events import (
 )
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
-from coordinator.engine.state import SagaState, Status, StepState
+from coordinator.engine.state import SagaState, Status, StepState, trusted
 from coordinator.engine.work import Work, message_id, timer_id
 
 __all__ = ["advance", "message_id", "replay", "timer_id"]
@@ -102,12 +102,15 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> Sag
 def _decision(work: Work, event: Event) -> Decision:
     work.update(updated_at=work.now, events_applied=work.state.events_applied + 1)
     note = "; ".join(work.notes) or "applied"
-    return Decision(
+    # Built without validation: every value here has its field's type by construction.
+    return trusted(
+        Decision,
         state=work.state,
-        history=[HistoryEntry(event=event, at=work.now, note=note)],
+        history=[trusted(HistoryEntry, event=event, at=work.now, note=note)],
         commands=work.commands,
         timers=work.timers,
         cancel_timers=work.cancel_timers,
+        ignored=None,
     )
 
 

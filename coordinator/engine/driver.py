@@ -1,9 +1,10 @@
 """Moving a saga along: forward, confirm and rollback walks, success and failure of a phase.
 
 Forward runs steps one at a time in declaration order. When every forward step succeeded,
-TCC steps are confirmed in declaration order. When a forward phase fails for good, rollback
-undoes every step whose forward command was ever sent, the failed one first and then the
-others in reverse order of completion.
+every TCC step is confirmed at once (the confirms go out in one decision, in declaration
+order) and the saga completes when the last confirm is acknowledged. When a forward phase
+fails for good, rollback undoes every step whose forward command was ever sent, one at a
+time: the failed one first and then the others in reverse order of completion.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ _DONE_PHASE = {
 
 def drive(w: Work) -> None:
     """Start whatever can start now; stop at the first step that must wait."""
-    while w.state.status in (Status.RUNNING, Status.COMPENSATING):
-        stage = w.state.stage
+    while w.get("status") in (Status.RUNNING, Status.COMPENSATING):
+        stage = w.get("stage")
         if stage is Stage.FORWARD and not _forward(w):
             return
         if stage is Stage.CONFIRM and not _confirm(w):
@@ -52,7 +53,7 @@ def _forward(w: Work) -> bool:
         try:
             ctx = w.context()
             runs = spec.when(ctx) if spec.when is not None else True
-            payload = spec.payload(ctx) if spec.payload is not None and runs else w.state.input
+            payload = spec.payload(ctx) if spec.payload is not None and runs else w.get("input")
         except Exception as exc:  # a user mapper failing is this step failing for good
             fail(w, key, spec.forward_phase, "mapper", f"{type(exc).__name__}: {exc}",
                  retryable=False)
@@ -69,25 +70,44 @@ def _forward(w: Work) -> bool:
 
 
 def _confirm(w: Work) -> bool:
+    """Confirm every tried TCC step in the same decision; complete when all are confirmed.
+
+    Confirms are independent (each participant confirms its own reservation), so they all go
+    out together and each keeps its own attempts, retry timer and deadline. A confirm that gave
+    up while the saga was already dead at another step (it has neither a command in flight nor
+    a retry pending) makes the saga dead at that step as soon as the saga runs again.
+    """
+    waiting = False
     for key, step in w.ordered():
         if w.spec(key).kind is not StepKind.TCC or step.phase is StepPhase.SKIPPED:
             continue
         if step.phase is StepPhase.CONFIRMING:
-            return False
-        if step.phase is StepPhase.TRIED:
+            if step.outstanding is None and step.retry_timer is None:
+                go_dead(w, key, f"{key}: confirm gave up while the saga was dead at another "
+                                f"step ({_last_error(w, key)})")
+                return True
+            waiting = True
+        elif step.phase is StepPhase.TRIED:
             if not step.sent:  # an operator skipped its try: nothing to confirm
                 w.update_step(key, phase=StepPhase.CONFIRMED, finished_at=w.now)
                 continue
             if not send_finish(w, key, Phase.CONFIRM):
                 return True
-            return False
+            waiting = True
+    if waiting:
+        return False
     w.update(status=Status.COMPLETED, stage=Stage.DONE, finished_at=w.now)
     w.note("saga completed")
     return False
 
 
+def _last_error(w: Work, key: str) -> str:
+    error = w.step(key).last_error
+    return f"{error.kind}: {error.message}" if error is not None else "no error recorded"
+
+
 def _rollback(w: Work) -> bool:
-    for key in w.state.rollback_plan:
+    for key in w.get("rollback_plan"):
         step = w.step(key)
         if step.phase in _ROLLED_BACK:
             continue
@@ -103,7 +123,7 @@ def _rollback(w: Work) -> bool:
         if not send_finish(w, key, spec.rollback_phase):
             return True
         return False
-    outcome = w.state.rollback_outcome or Status.COMPENSATED
+    outcome = w.get("rollback_outcome") or Status.COMPENSATED
     w.update(status=outcome, stage=Stage.DONE, finished_at=w.now)
     w.note(f"saga {outcome.value}")
     return False
@@ -130,7 +150,7 @@ def succeed(w: Work, key: str, phase: Phase, result: dict[str, Any] | None) -> N
     step = w.step(key)
     changes: dict[str, Any] = {"phase": _DONE_PHASE[phase], "payload_override": None}
     if phase.is_forward:
-        seq = w.state.completions + 1
+        seq = w.get("completions") + 1
         w.update(completions=seq)
         changes.update(result=result, completed_seq=seq, uncertain=False)
     else:
@@ -147,7 +167,7 @@ def fail(w: Work, key: str, phase: Phase, kind: str, message: str, *, retryable:
     w.update_step(key, last_error=error)
     policy = spec.policy(phase)
     if retryable and not policy.exhausted(step.used(phase)):
-        seed = f"{w.state.saga_id}/{key}/{phase.value}/{attempt}"
+        seed = f"{w.saga_id}/{key}/{phase.value}/{attempt}"
         due = w.now + policy.backoff(step.used(phase), seed)
         tid = w.add_timer(key, phase, attempt + 1, TimerKind.RETRY, due)
         w.update_step(key, retry_timer=tid)
@@ -189,6 +209,12 @@ def start_rollback(w: Work, reason: str, outcome: Status) -> None:
 
 
 def go_dead(w: Work, key: str, reason: str) -> None:
+    """Park the saga for a person at ``key``. Already dead (a second confirm gave up while
+    another was dead): ``dead_step`` keeps naming the first; ``_confirm`` raises the other
+    when the saga runs again."""
     w.abandon(key)
+    if w.get("status") is Status.DEAD and w.get("dead_step") not in (None, key):
+        w.note(f"{key} gave up too (saga already dead at {w.get('dead_step')}): {reason}")
+        return
     w.update(status=Status.DEAD, dead_step=key, reason=reason)
     w.note(f"saga dead at {key}: {reason}")

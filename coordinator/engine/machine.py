@@ -1,8 +1,10 @@
 """Builds the explicit state machine of a compiled saga (for validation, JSON and Mermaid).
 
-v1 runs steps one at a time: forward in declaration order, confirms in declaration order,
-rollback in reverse order of completion. A guarded step may be skipped, so edges that enter a
-guarded step also bypass it.
+Forward steps run one at a time in declaration order. Once every forward step succeeded, all
+TCC steps are confirmed together: one state, ``confirming``, covers the confirms in flight
+(each step's own phase, attempts and timers are in its ``StepState``), and the saga completes
+when every confirm is acknowledged. Rollback runs one step at a time, in reverse order of
+completion. A guarded step may be skipped, so edges that enter a guarded step also bypass it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from coordinator.engine.compiled import CompiledStep, Transition
 
-__all__ = ["END_STATES", "build_machine", "forward_state", "rollback_state"]
+__all__ = ["CONFIRMING", "END_STATES", "build_machine", "forward_state", "rollback_state"]
 
 END_STATES = ("completed", "compensated", "cancelled", "dead")
+#: The state of a saga whose TCC steps are being confirmed, all at once.
+CONFIRMING = "confirming"
 
 
 def forward_state(step: CompiledStep) -> str:
@@ -41,7 +45,7 @@ def build_machine(
             edges.append(Transition(source, target, label))
 
     tcc = [s for s in steps if s.kind is StepKind.TCC]
-    confirm_entry = f"{tcc[0].name}.confirming" if tcc else "completed"
+    confirm_entry = CONFIRMING if tcc else "completed"
 
     def forward_targets(i: int) -> list[tuple[str, str]]:
         """States reachable when forward position ``i`` is next, with guard labels."""
@@ -89,12 +93,11 @@ def build_machine(
             edge(fwd, "dead", "outcome unknown [cannot be undone]")
             for state, label in rollback_targets(i - 1, "failed / cancelled"):
                 edge(fwd, state, label)
-    for j, step in enumerate(tcc):
-        name = f"{step.name}.confirming"
-        states.append(name)
-        nxt = f"{tcc[j + 1].name}.confirming" if j + 1 < len(tcc) else "completed"
-        edge(name, nxt, "ok")
-        edge(name, "dead", "exhausted / rejected")
+    if tcc:
+        states.append(CONFIRMING)
+        names = ", ".join(s.name for s in tcc)
+        edge(CONFIRMING, "completed", f"all confirmed [{names}]")
+        edge(CONFIRMING, "dead", "a confirm exhausted / rejected")
     for i, step in enumerate(steps):
         if not step.reversible:
             continue

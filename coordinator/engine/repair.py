@@ -43,18 +43,27 @@ def _dead_step(w: Work, event: OperatorRepair) -> str:
 
 
 def _current_step(w: Work, event: OperatorRepair) -> str:
-    """The step the running saga is working on (the only one, in v1)."""
+    """The step the running saga is working on that the verb is about.
+
+    Forward and rollback work on one step at a time. While confirming, every TCC step's
+    confirm is in progress at once: ``event.step`` picks one, and the default is the first
+    (declaration order) that waits for a retry, else the first."""
     state = w.state
     if state.stage is Stage.ROLLBACK:
         current = next((k for k in state.rollback_plan
                         if w.step(k).phase not in _ROLLED_BACK), None)
+        candidates = [current] if current is not None else []
     else:
-        current = next((k for k, s in w.ordered() if s.phase.is_active), None)
+        candidates = [k for k, s in w.ordered() if s.phase.is_active]
+        current = next((k for k in candidates if w.step(k).outstanding is None),
+                       candidates[0] if candidates else None)
     if current is None:
         raise InvalidTransition("no step is in progress")
-    if event.step is not None and event.step != current:
-        raise InvalidTransition(f"step {event.step!r} is not in progress; {current!r} is")
-    return current
+    if event.step is not None and event.step not in candidates:
+        raise InvalidTransition(f"step {event.step!r} is not in progress; "
+                                f"{', '.join(repr(k) for k in candidates)} "
+                                f"{'is' if len(candidates) == 1 else 'are'}")
+    return event.step if event.step is not None else current
 
 
 def _redrive(w: Work, key: str, phase: Phase, payload: dict[str, Any] | None) -> None:
@@ -88,6 +97,10 @@ def _retry(w: Work, event: OperatorRepair) -> None:
     if state.stage is Stage.CONFIRM:
         w.update(status=Status.RUNNING, dead_step=None)
         _redrive(w, key, Phase.CONFIRM, event.payload)
+        for other, s in w.ordered():  # confirms that gave up while the saga was dead
+            if (s.phase is StepPhase.CONFIRMING and s.outstanding is None
+                    and s.retry_timer is None):
+                _redrive(w, other, Phase.CONFIRM, None)
     elif spec.reversible:
         w.update(status=Status.COMPENSATING, dead_step=None)
         _redrive(w, key, spec.rollback_phase, event.payload)
@@ -164,6 +177,10 @@ def _resolve(w: Work, event: OperatorRepair) -> None:
     if wanted not in (Status.COMPLETED.value, Status.COMPENSATED.value):
         raise InvalidTransition(f"resolve status must be 'completed' or 'compensated', "
                                 f"got {wanted!r}")
+    for key, step in w.ordered():  # confirms still in flight: their late replies go stale
+        if step.outstanding is not None or step.retry_timer is not None:
+            w.abandon(key)
+            w.note(f"{key}: {step.phase.value} abandoned by resolve")
     w.update(
         status=Status(wanted),
         stage=Stage.DONE,

@@ -13,9 +13,9 @@ __all__ = ["on_reply", "on_timer"]
 def on_reply(w: Work, event: ReplyReceived) -> str | None:
     """Apply a reply; returns why it was ignored, or ``None`` when it was applied."""
     reply = event.reply
-    if reply.saga_id != w.state.saga_id:
+    if reply.saga_id != w.saga_id:
         return f"reply for another saga ({reply.saga_id})"
-    step = w.state.steps.get(reply.step)
+    step = w.steps.get(reply.step)
     if step is None:
         return f"unknown step {reply.step!r}"
     tag = f"{reply.step} {reply.phase.value} attempt {reply.attempt}"
@@ -48,7 +48,7 @@ def on_reply(w: Work, event: ReplyReceived) -> str | None:
 
 def on_timer(w: Work, event: TimerFired) -> str | None:
     """Apply a fired timer; returns why it was ignored, or ``None``."""
-    step = w.state.steps.get(event.step)
+    step = w.steps.get(event.step)
     if step is None:
         return f"timer for unknown step {event.step!r}"
     if event.kind is TimerKind.DEADLINE:

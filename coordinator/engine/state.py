@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class Status(StrEnum):
@@ -52,7 +53,7 @@ class Stage(StrEnum):
     """Which walk over the steps the saga is on."""
 
     FORWARD = "forward"  # trying / executing steps in order
-    CONFIRM = "confirm"  # every forward step succeeded: confirming TCC steps
+    CONFIRM = "confirm"  # every forward step succeeded: confirming all TCC steps at once
     ROLLBACK = "rollback"  # cancelling / compensating in reverse order of completion
     DONE = "done"
 
@@ -213,7 +214,38 @@ class SagaState(BaseModel):
             return "dead"
         if self.status.is_terminal:
             return self.status.value
+        if self.stage is Stage.CONFIRM:
+            return "confirming"  # every TCC step's confirm at once: one machine state
         for step in self.steps.values():
             if step.phase.is_active:
                 return f"{step.key}.{step.phase.value}"
         return "start" if self.stage is Stage.FORWARD else self.stage.value
+
+
+# -- copies and construction of already-valid data, without pydantic's validation ------------
+
+
+def replace(model: _M, changes: dict[str, Any]) -> _M:
+    """``model.model_copy(update=changes)`` without its generic machinery: a new frozen
+    instance with ``changes`` applied and no validation (the engine only writes values of the
+    fields' types). Equal, field for field, to what ``model_copy`` returns."""
+    new = object.__new__(type(model))
+    object.__setattr__(new, "__dict__", {**model.__dict__, **changes})
+    object.__setattr__(new, "__pydantic_fields_set__",
+                       model.__pydantic_fields_set__ | changes.keys())
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new
+
+
+def trusted(cls: type[_M], **values: Any) -> _M:
+    """``cls(**values)`` for values the engine built itself, already of the fields' types:
+    no validation (pydantic's ``model_construct`` is slower than validating small models).
+    Every field must be given, defaults included."""
+    assert values.keys() == cls.model_fields.keys(), (cls.__name__, set(values))
+    new = object.__new__(cls)
+    object.__setattr__(new, "__dict__", values)
+    object.__setattr__(new, "__pydantic_fields_set__", set(values))
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new

@@ -10,7 +10,7 @@ from coordinator.definition import StepContext
 from coordinator.engine.compiled import CompiledSaga, CompiledStep
 from coordinator.engine.decision import OutgoingCommand, TimerRequest
 from coordinator.engine.events import TimerKind
-from coordinator.engine.state import Outstanding, SagaState, StepPhase, StepState
+from coordinator.engine.state import Outstanding, SagaState, StepPhase, StepState, replace
 from participant_sdk.protocol import CommandEnvelope, Phase
 
 __all__ = ["ACTIVE_PHASE", "Work", "message_id", "timer_id"]
@@ -25,6 +25,9 @@ ACTIVE_PHASE = {
     Phase.CANCEL: StepPhase.CANCELLING,
     Phase.COMPENSATE: StepPhase.COMPENSATING,
 }
+
+#: Phases whose step has a result the mappers see (as ``SagaState.results``).
+_RESULT_PHASES = frozenset({StepPhase.TRIED, StepPhase.CONFIRMED, StepPhase.SUCCEEDED})
 
 
 def message_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int) -> uuid.UUID:
@@ -42,49 +45,85 @@ class Work:
 
     def __init__(self, definition: CompiledSaga, state: SagaState, now: datetime) -> None:
         self.definition = definition
-        self.state = state
+        self._state = state
+        #: Field changes not yet folded into ``_state`` (folded on the next read of ``state``).
+        self._pending: dict[str, Any] = {}
         self.now = now
         self.commands: list[OutgoingCommand] = []
         self.timers: list[TimerRequest] = []
         self.cancel_timers: list[str] = []
         self.notes: list[str] = []
+        #: The steps mapping this decision built (safe to edit in place), if any.
+        self._own_steps: dict[str, StepState] | None = None
 
     # -- state edits -------------------------------------------------------------------------
 
+    @property
+    def state(self) -> SagaState:
+        """The state built so far. Edits are batched: one copy of the snapshot per read after
+        a burst of edits, not one per edited field."""
+        if self._pending:
+            self._state = replace(self._state, self._pending)
+            self._pending = {}
+        return self._state
+
+    def get(self, field: str) -> Any:
+        """One field of the state built so far, without folding pending edits."""
+        return self._pending[field] if field in self._pending else getattr(self._state, field)
+
+    @property
+    def saga_id(self) -> uuid.UUID:
+        return self._state.saga_id  # never changes
+
+    def _steps(self) -> dict[str, StepState]:
+        steps: dict[str, StepState] = self._pending.get("steps", self._state.steps)
+        return steps
+
+    @property
+    def steps(self) -> dict[str, StepState]:
+        """The steps built so far, by key (read-only: edit with :meth:`update_step`)."""
+        return self._steps()
+
     def step(self, key: str) -> StepState:
-        return self.state.steps[key]
+        return self._steps()[key]
 
     def ordered(self) -> list[tuple[str, StepState]]:
         """Steps in definition order. Never rely on the mapping's order: a JSONB snapshot
         does not keep key order."""
-        steps = self.state.steps
-        order = {s.name: i for i, s in enumerate(self.definition.steps)}
+        steps = self._steps()
+        order = self.definition.order
         keys = sorted(steps, key=lambda k: (order.get(steps[k].node, len(order)), k))
         return [(k, steps[k]) for k in keys]
 
     def spec(self, key: str) -> CompiledStep:
-        return self.definition.step(self.state.steps[key].node)
+        return self.definition.step(self._steps()[key].node)
 
     def update(self, **changes: Any) -> None:
-        self.state = self.state.model_copy(update=changes)
+        self._pending.update(changes)
 
     def update_step(self, key: str, **changes: Any) -> None:
-        old = self.state.steps[key]
+        """Replace one step's fields. The steps mapping is copied once per decision: the
+        state handed in is never modified, and later edits reuse this decision's copy."""
+        steps = self._steps()
+        old = steps[key]
         if "phase" in changes and changes["phase"] != old.phase:
             changes.setdefault("phase_changed_at", self.now)
-        steps = dict(self.state.steps)
-        steps[key] = old.model_copy(update=changes)
-        self.update(steps=steps)
+        if self._own_steps is not steps:
+            steps = dict(steps)
+            self._own_steps = steps
+        steps[key] = replace(old, changes)
+        self._pending["steps"] = steps
 
     def note(self, text: str) -> None:
         self.notes.append(text)
 
     def context(self) -> StepContext[Any]:
-        return StepContext(
-            saga_id=self.state.saga_id,
-            version=self.state.version,
-            input=self.definition.input_model.model_validate(self.state.input),
-            results=self.state.results(),
+        done = _RESULT_PHASES
+        return StepContext(  # a fresh input model per call: a mapper may not see another's
+            saga_id=self._state.saga_id,
+            version=self._state.version,
+            input=self.definition.input_model.model_validate(self._state.input),
+            results={k: s.result for k, s in self._steps().items() if s.phase in done},
         )
 
     # -- effects -----------------------------------------------------------------------------
@@ -93,11 +132,11 @@ class Work:
         """Emit the next attempt of ``phase`` for ``key`` with its deadline timer."""
         spec, step = self.spec(key), self.step(key)
         attempt = step.attempt(phase) + 1
-        saga_id = self.state.saga_id
+        saga_id = self._state.saga_id
         envelope = CommandEnvelope(
             message_id=message_id(saga_id, key, phase, attempt),
             saga_id=saga_id,
-            saga_type=self.state.saga_type,
+            saga_type=self._state.saga_type,
             step=key,
             phase=phase,
             attempt=attempt,
@@ -127,7 +166,7 @@ class Work:
     def add_timer(
         self, key: str, phase: Phase, attempt: int, kind: TimerKind, due_at: datetime
     ) -> str:
-        tid = timer_id(self.state.saga_id, key, phase, attempt, kind)
+        tid = timer_id(self._state.saga_id, key, phase, attempt, kind)
         self.timers.append(TimerRequest(timer_id=tid, due_at=due_at, step=key, phase=phase,
                                         attempt=attempt, kind=kind))
         return tid

@@ -19,8 +19,8 @@ ORDER = compile_saga(OrderSaga)
 def test_state_names_follow_the_scheme() -> None:
     assert ORDER.states == (
         "start", "reserve_funds.trying", "reserve_stock.trying", "create_shipment.executing",
-        "reserve_funds.confirming", "reserve_stock.confirming", "reserve_funds.cancelling",
-        "reserve_stock.cancelling", "create_shipment.compensating",
+        "confirming", "reserve_funds.cancelling", "reserve_stock.cancelling",
+        "create_shipment.compensating",
         "completed", "compensated", "cancelled", "dead",
     )
 
@@ -34,7 +34,9 @@ def test_json_export_is_json_and_complete() -> None:
     assert steps["reserve_funds"]["kind"] == "tcc"
     assert steps["reserve_funds"]["retry"]["max_attempts"] == 5
     edges = {(t["from"], t["to"]) for t in data["transitions"]}
-    assert ("create_shipment.executing", "reserve_funds.confirming") in edges
+    assert ("create_shipment.executing", "confirming") in edges
+    assert ("confirming", "completed") in edges and ("confirming", "dead") in edges
+    assert not any(a.endswith(".confirming") or b.endswith(".confirming") for a, b in edges)
     assert ("create_shipment.compensating", "reserve_stock.cancelling") in edges
     assert ("reserve_funds.cancelling", "compensated") in edges
     states = set(data["states"])
@@ -75,11 +77,25 @@ def test_mermaid_draws_every_transition_and_highlights_current_state() -> None:
 def test_running_saga_state_is_a_machine_state() -> None:
     sim = Simulator(ORDER)
     sim.start(ORDER_INPUT)
+    seen = []
     while not sim.current.status.is_terminal:
         assert sim.current.machine_state() in ORDER.states
-        sim.reply()
+        seen.append(sim.current.machine_state())
+        sim.reply_to(next(iter(sim.pending.values())))
+    assert seen == ["reserve_funds.trying", "reserve_stock.trying", "create_shipment.executing",
+                    "confirming", "confirming"]
     assert sim.current.machine_state() == "completed"
     mermaid(ORDER, sim.current.machine_state())
+
+
+def test_confirming_is_one_state_for_all_tcc_steps() -> None:
+    labels = {(t.source, t.target): t.label for t in ORDER.transitions}
+    assert labels[("confirming", "completed")] == "all confirmed [reserve_funds, reserve_stock]"
+    assert [t.source for t in ORDER.transitions].count("confirming") == 2
+    guarded = compiled(Guarded)  # the guarded step before the only TCC step may be skipped
+    assert ("first.executing", "last.trying") in {(t.source, t.target)
+                                                  for t in guarded.transitions}
+    assert "confirming" in guarded.states
 
 
 def test_main_diagram_prints_mermaid_or_json() -> None:

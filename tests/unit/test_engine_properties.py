@@ -91,10 +91,17 @@ def _drive_randomly(data: st.DataObject, sim: Simulator) -> bool:
     return cancelled
 
 
+def _busy(state: SagaState) -> bool:
+    """A command in flight or a retry pending (confirms of a dead saga still run)."""
+    return any(s.outstanding is not None or s.retry_timer is not None
+               for s in state.steps.values())
+
+
 def _drain(sim: Simulator) -> None:
-    """Participants recover and answer OK; timers fire in order. Must reach an end."""
+    """Participants recover and answer OK; timers fire in order. Must reach an end, and a dead
+    saga's independent confirms still in flight must run out too."""
     for _ in range(5_000):
-        if sim.current.status in ENDS:
+        if sim.current.status in ENDS and not _busy(sim.current):
             return
         live = _outstanding(sim)
         if live:
@@ -122,6 +129,20 @@ def _check_invariants(sim: Simulator, cancelled: bool) -> None:
         if cmd.phase is Phase.CONFIRM:
             assert Phase.CANCEL not in seen, f"{cmd.step}: confirm after cancel"
         seen.append(cmd.phase)
+    # Confirm all: every first confirm goes out in one decision, after the last forward
+    # command; the confirm of one step never waits for another's acknowledgement.
+    firsts = [i for i, d in enumerate(sim.decisions)
+              if any(c.envelope.phase is Phase.CONFIRM and c.envelope.attempt == 1
+                     for c in d.commands)]
+    assert len(firsts) <= 1, f"first confirms spread over decisions {firsts}"
+    if firsts:
+        confirm_at = sim.sent.index(next(c for c in sim.sent if c.phase is Phase.CONFIRM))
+        assert not any(c.phase.is_forward for c in sim.sent[confirm_at:])
+        tried = {c.step for c in sim.sent if c.phase is Phase.TRY}
+        confirmed = {c.envelope.step for c in sim.decisions[firsts[0]].commands
+                     if c.envelope.phase is Phase.CONFIRM}
+        skipped = {k for k, st_ in state.steps.items() if st_.note and "skipped by" in st_.note}
+        assert tried - skipped <= confirmed | skipped, (tried, confirmed)
     # Rollback visits the failed step first, then completed steps in reverse completion.
     first_undo: list[str] = []
     for cmd in sim.sent:

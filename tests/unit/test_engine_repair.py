@@ -23,12 +23,14 @@ def dead_in_rollback() -> Simulator:
 
 
 def dead_in_confirm() -> Simulator:
+    """Mixed dead: a's confirm rejected; c's confirm (sent with it) still in flight."""
     sim = Simulator(compiled(Mixed))
     sim.start({})
     for _ in range(3):
         sim.reply()
-    sim.reply(Outcome.REJECTED)
+    sim.reply_to(sim.last("a"), Outcome.REJECTED)
     assert sim.current.status is Status.DEAD and sim.current.stage is Stage.CONFIRM
+    assert sim.current.dead_step == "a" and sim.current.machine_state() == "dead"
     return sim
 
 
@@ -48,9 +50,11 @@ def test_retry_dead_compensation_with_payload_override_and_fresh_budget() -> Non
 def test_retry_dead_confirm_returns_to_running() -> None:
     sim = dead_in_confirm()
     sim.repair(RepairVerb.RETRY)
-    assert sim.current.status is Status.RUNNING and sim.last().phase is Phase.CONFIRM
+    assert sim.current.status is Status.RUNNING
+    assert (sim.last().step, sim.last().phase, sim.last().attempt) == ("a", Phase.CONFIRM, 2)
     sim.reply()
-    sim.reply()
+    assert sim.current.status is Status.RUNNING  # c's confirm still in flight
+    sim.reply_to(sim.last("c"))
     assert sim.current.status is Status.COMPLETED
 
 
@@ -140,8 +144,30 @@ def test_skip_dead_confirm_marks_confirmed() -> None:
     sim = dead_in_confirm()
     sim.repair("skip")
     assert sim.current.steps["a"].phase is StepPhase.CONFIRMED
-    sim.reply()
+    sim.reply_to(sim.last("c"))
     assert sim.current.status is Status.COMPLETED
+
+
+def test_resolve_dead_confirm_abandons_confirms_still_in_flight() -> None:
+    sim = dead_in_confirm()
+    decision = sim.repair("resolve", payload={"status": "completed"})
+    assert f"{sim.saga_id}:c:confirm:1:deadline" in decision.cancel_timers
+    assert all(s.outstanding is None for s in sim.current.steps.values())
+    assert sim.reply_to(sim.last("c")).ignored == "saga finished"
+
+
+def test_retry_while_confirming_picks_the_step_waiting_for_a_retry() -> None:
+    sim = Simulator(compiled(Mixed))
+    sim.start({})
+    for _ in range(3):
+        sim.reply()
+    sim.reply_to(sim.last("c"), Outcome.FAILED)
+    with pytest.raises(InvalidTransition, match="in flight"):
+        sim.repair("retry", step="a")
+    with pytest.raises(InvalidTransition, match="'a', 'c' are"):
+        sim.repair("retry", step="b")
+    sim.repair("retry")
+    assert (sim.last().step, sim.last().attempt) == ("c", 2)
 
 
 def test_compensate_running_saga_rolls_back_in_flight_step() -> None:

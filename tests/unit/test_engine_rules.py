@@ -59,9 +59,19 @@ def test_happy_path_tries_in_order_then_confirms_and_completes() -> None:
     sim.reply()
     ship = sim.last()
     assert ship.payload == {"address": "1 Main St", "items": ["sku-9", "sku-9"]}
-    sim.reply(result={"shipment_id": "s1"})
-    sim.reply()
-    sim.reply()
+    confirms = sim.reply(result={"shipment_id": "s1"})
+    # "confirm all": every TCC step's confirm goes out in the same decision, each with its
+    # own deadline timer; the saga completes when the last one is acknowledged.
+    assert [(c.envelope.step, c.envelope.phase) for c in confirms.commands] == [
+        ("reserve_funds", Phase.CONFIRM), ("reserve_stock", Phase.CONFIRM)]
+    assert [t.timer_id for t in confirms.timers] == [
+        f"{sim.saga_id}:reserve_funds:confirm:1:deadline",
+        f"{sim.saga_id}:reserve_stock:confirm:1:deadline"]
+    assert sim.current.machine_state() == "confirming"
+    sim.reply_to(sim.last("reserve_stock"))  # acknowledgements may come in any order
+    assert sim.current.status is Status.RUNNING
+    assert sim.current.steps["reserve_stock"].phase is StepPhase.CONFIRMED
+    sim.reply_to(sim.last("reserve_funds"))
     assert phases(sim) == [("reserve_funds", "try"), ("reserve_stock", "try"),
                            ("create_shipment", "action"), ("reserve_funds", "confirm"),
                            ("reserve_stock", "confirm")]
@@ -199,15 +209,67 @@ def test_confirm_failure_retries_then_exhaustion_makes_saga_dead() -> None:
     sim.start({})
     for _ in range(3):
         sim.reply()
-    assert sim.last().phase is Phase.CONFIRM
-    for _ in range(3):  # ROLLBACK policy: 3 attempts
-        sim.reply(Outcome.FAILED)
+    assert [(c.step, c.phase) for c in sim.pending.values()] == [
+        ("a", Phase.CONFIRM), ("c", Phase.CONFIRM)]
+    for _ in range(3):  # ROLLBACK policy: 3 attempts, counted for a alone
+        sim.reply_to(sim.last("a"), Outcome.FAILED)
         if sim.current.status is not Status.DEAD:
             sim.fire_next(TimerKind.RETRY)
     state = sim.current
     assert state.status is Status.DEAD and state.dead_step == "a"
     assert "confirm failed for good after 3" in (state.reason or "")
+    assert state.steps["c"].attempt(Phase.CONFIRM) == 1  # c's confirm is still in flight
+    sim.reply_to(sim.last("c"))  # and is still applied: confirms are independent
+    assert sim.current.steps["c"].phase is StepPhase.CONFIRMED
+    assert sim.current.status is Status.DEAD
     assert not sim.timers
+
+
+def test_each_confirm_keeps_its_own_retries_timers_and_stale_replies() -> None:
+    sim = Simulator(compiled(Mixed))
+    sim.start({})
+    for _ in range(3):
+        sim.reply()
+    a1, c1 = sim.last("a"), sim.last("c")
+    decision = sim.reply_to(a1, Outcome.FAILED)  # a backs off; c is untouched
+    assert decision.cancel_timers == [f"{sim.saga_id}:a:confirm:1:deadline"]
+    [retry] = decision.timers
+    assert (retry.step, retry.kind, retry.attempt) == ("a", TimerKind.RETRY, 2)
+    sim.fire_next(TimerKind.DEADLINE)  # c's deadline: a retryable failure of c alone
+    assert sim.current.steps["c"].retry_timer is not None
+    assert sim.current.steps["a"].retry_timer == retry.timer_id
+    sim.fire(retry)
+    a2 = sim.last("a")
+    assert a2.attempt == 2
+    assert "stale" in (sim.reply_to(a1).ignored or "")
+    assert "duplicate" in (sim.reply_to(c1).ignored or "")
+    sim.reply_to(a2)
+    assert sim.current.status is Status.RUNNING
+    sim.fire_next(TimerKind.RETRY)
+    sim.reply_to(sim.last("c"))
+    assert sim.current.status is Status.COMPLETED
+    assert [(c.step, c.phase.value, c.attempt) for c in sim.sent][3:] == [
+        ("a", "confirm", 1), ("c", "confirm", 1), ("a", "confirm", 2), ("c", "confirm", 2)]
+    assert sim.replayed().to_json() == sim.current.to_json()
+
+
+def test_two_confirms_giving_up_raise_dead_one_after_the_other() -> None:
+    sim = Simulator(compiled(Mixed))
+    sim.start({})
+    for _ in range(3):
+        sim.reply()
+    sim.reply_to(sim.last("a"), Outcome.REJECTED)
+    sim.reply_to(sim.last("c"), Outcome.REJECTED)  # while the saga is dead at a
+    state = sim.current
+    assert state.status is Status.DEAD and state.dead_step == "a"
+    assert state.steps["c"].phase is StepPhase.CONFIRMING and state.steps["c"].outstanding is None
+    sim.repair("skip")  # a confirmed by hand: the saga runs again and meets c
+    assert sim.current.status is Status.DEAD and sim.current.dead_step == "c"
+    assert "gave up while the saga was dead" in (sim.current.reason or "")
+    sim.repair("retry")
+    sim.reply_to(sim.last("c"))
+    assert sim.current.status is Status.COMPLETED
+    assert sim.replayed().to_json() == sim.current.to_json()
 
 
 def test_mixed_saga_compensates_in_reverse_order_of_completion() -> None:
@@ -367,3 +429,61 @@ def test_engine_does_not_depend_on_snapshot_key_order() -> None:
     got = advance(sim.definition, shuffled, reply, sim.now)
     assert got.commands == expected.commands and got.state == expected.state
     assert got.commands[0].envelope.step == "b"
+
+
+def test_replace_is_model_copy_without_its_cost() -> None:
+    from coordinator.engine.state import replace
+
+    sim = order_sim()
+    state = sim.current
+    step = state.steps["reserve_funds"]
+    changes = {"phase": StepPhase.TRIED, "note": "n", "attempts": {Phase.TRY: 2}}
+    fast, slow = replace(step, dict(changes)), step.model_copy(update=dict(changes))
+    assert fast == slow and fast.model_fields_set == slow.model_fields_set
+    assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
+    assert step.note is None  # the original is untouched
+    whole = replace(state, {"completions": 7})
+    assert whole == state.model_copy(update={"completions": 7})
+    assert list(whole.to_json()) == list(state.to_json())  # key order kept
+
+
+def test_advance_never_modifies_the_state_it_is_given() -> None:
+    """Work edits one copy of the steps mapping in place per decision: never the caller's."""
+    sim = Simulator(compiled(Mixed))
+    sim.start({})
+    for _ in range(3):
+        before = sim.current
+        frozen = before.to_json()
+        steps = dict(before.steps)
+        sim.reply()
+        assert before.to_json() == frozen and before.steps == steps
+        assert sim.current.steps is not before.steps
+    assert sim.replayed().to_json() == sim.current.to_json()
+
+
+def test_decisions_built_without_validation_equal_validated_ones() -> None:
+    from coordinator.engine import (
+        Decision,
+        HistoryEntry,
+        OutgoingCommand,
+        Outstanding,
+        TimerRequest,
+    )
+
+    sim = order_sim()
+    sim.reply()
+    for made in sim.decisions:
+        again = Decision(state=made.state, commands=list(made.commands),
+                         timers=list(made.timers), cancel_timers=list(made.cancel_timers),
+                         history=[HistoryEntry(**dict(h)) for h in made.history])
+        assert made == again and made.model_dump() == again.model_dump()
+        for command in made.commands:
+            assert command == OutgoingCommand.model_validate(command.model_dump())
+        for timer in made.timers:
+            assert timer == TimerRequest.model_validate(timer.model_dump())
+        for step in made.state.steps.values():
+            if step.outstanding is not None:
+                out = step.outstanding
+                assert out == Outstanding.model_validate(out.model_dump())
+                assert out.model_dump(mode="json") == Outstanding.model_validate(
+                    out.model_dump(mode="json")).model_dump(mode="json")
