@@ -2,7 +2,9 @@
 
 This module is shared by the Kafka runner and the in-memory test harness, so both answer a
 command the same way. Only the transaction differs: a :class:`CommandTransaction` is an open
-transaction with a barrier store, a savepoint, and the ``conn`` object handlers write through.
+transaction with a barrier store and the ``conn`` object handlers write through. Handlers run
+without a savepoint: a business rejection rolls the whole transaction back and the refusal is
+recorded in a second, short one (:func:`record_rejection`).
 """
 
 from __future__ import annotations
@@ -125,8 +127,14 @@ async def _execute(
             reraise=True,
         ):
             with attempt:
-                async with begin() as tx:
-                    reply = await run_in_transaction(tx, handler, command, body)
+                try:
+                    async with begin() as tx:
+                        reply = await run_in_transaction(tx, handler, command, body)
+                except _Rejected as rejected:
+                    # The handler's transaction rolled back (its writes and the pending row);
+                    # record the refusal alone.
+                    async with begin() as tx:
+                        reply = await record_rejection(tx, command, rejected.record)
     except Exception as exc:
         kind = error_kind_for(exc)
         log.log(
@@ -192,19 +200,49 @@ async def run_in_transaction(
     else:
         ctx = HandlerContext(command=command, conn=tx.conn)
         try:
-            async with tx.savepoint():
-                result = await handler.run(ctx, body)
+            result = await handler.run(ctx, body)
         except BusinessRejection as exc:
             error = ErrorInfo(kind=ErrorKind.BUSINESS, message=exc.message[:8192],
                               type=type(exc).__name__)
-            record = BarrierRecord(
+            raise _Rejected(BarrierRecord(
                 BarrierReason.HANDLED, Outcome.REJECTED, result=exc.details, error=error,
                 message_id=command.message_id,
-            )
-        else:
-            record = BarrierRecord(
-                BarrierReason.HANDLED, Outcome.OK, result=result, message_id=command.message_id
-            )
+            )) from exc
+        record = BarrierRecord(
+            BarrierReason.HANDLED, Outcome.OK, result=result, message_id=command.message_id
+        )
     await tx.barrier.settle(key, record)
     return make_reply(command, record.outcome or Outcome.OK, result=record.result,
                       error=record.error)
+
+
+class _Rejected(Exception):
+    """The handler refused: roll its transaction back, then :func:`record_rejection`."""
+
+    def __init__(self, record: BarrierRecord) -> None:
+        super().__init__(record.error.message if record.error is not None else "rejected")
+        self.record = record
+
+
+async def record_rejection(
+    tx: CommandTransaction, command: CommandEnvelope, record: BarrierRecord
+) -> ReplyEnvelope:
+    """Store a business rejection in a fresh transaction (no handler writes in it).
+
+    The handler ran without a savepoint, so its rejection rolled back the whole transaction,
+    the pending barrier row included. Between that rollback and this insert another
+    transaction may have taken the key: a duplicate of this command (settled, or still
+    running: the insert waits for it), or a cancel/compensation that wrote its ``blocked``
+    marker because the forward phase looked absent. Then the stored row is the answer, as for
+    any duplicate; either way the handler's writes are gone and the reply is consistent with
+    the barrier.
+    """
+    key = BarrierKey(command.saga_id, command.step, command.phase)
+    if not await tx.barrier.insert(key, record):
+        stored = await tx.barrier.get(key)
+        if stored is None or stored.outcome is None:  # pragma: no cover - impossible once committed
+            raise RuntimeError(f"barrier row {key} vanished or is unsettled")
+        log.info("command %s rejected, but %s was settled meanwhile: replying from the row",
+                 command.message_id, key)
+        return make_reply(command, stored.outcome, result=stored.result, error=stored.error)
+    return make_reply(command, Outcome.REJECTED, result=record.result, error=record.error)

@@ -29,6 +29,7 @@ from participant_sdk.handlers import Handler, Participant
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.offsets import OffsetTracker
+from participant_sdk.pools import create_pool
 from participant_sdk.protocol import (
     CommandEnvelope,
     ProtocolError,
@@ -125,7 +126,7 @@ class ParticipantRunner:
         self._started = True
         s = self.settings
         self._pool = await open_with_retry(
-            lambda: asyncpg.create_pool(s.dsn, min_size=1, max_size=s.pool_size), what="Postgres"
+            lambda: create_pool(s.dsn, min_size=1, max_size=s.pool_size), what="Postgres"
         )
         if s.install_schema:
             async with self._pool.acquire() as conn:

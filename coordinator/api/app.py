@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI
 
 from coordinator.api.auth import TokenAuth
@@ -22,6 +21,7 @@ from coordinator.api.settings import ApiSettings
 from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
 from coordinator.store import SagaStore
+from participant_sdk.pools import create_pool
 
 __all__ = ["create_app"]
 
@@ -64,7 +64,7 @@ def create_app(
         the_store = store
         if the_store is None:
             reg = registry if registry is not None else _registry(settings)
-            pool = await asyncpg.create_pool(
+            pool = await create_pool(
                 settings.dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size,
                 server_settings={"application_name": "sagaflow-api"})
             the_store = SagaStore(pool, reg, clock=clock, owns_pool=True)

@@ -33,13 +33,13 @@ __all__ = [
 
 DefinitionLookup = Callable[[str, int], CompiledSaga]
 
-_SAGA_COLUMNS: Final = (
+SAGA_COLUMNS: Final = (
     "id, saga_type, saga_version, status, snapshot, trace_context, history_seq, "
     "created_at, updated_at, last_progress_at"
 )
 
 
-def _record(row: Mapping[str, Any]) -> SagaRecord:
+def saga_record(row: Mapping[str, Any]) -> SagaRecord:
     return SagaRecord(
         saga_id=row["id"],
         saga_type=row["saga_type"],
@@ -55,8 +55,8 @@ def _record(row: Mapping[str, Any]) -> SagaRecord:
 
 
 async def get_saga(conn: asyncpg.Connection, saga_id: UUID) -> SagaRecord | None:
-    row = await conn.fetchrow(f"SELECT {_SAGA_COLUMNS} FROM sagas WHERE id = $1", saga_id)  # noqa: S608
-    return None if row is None else _record(row)
+    row = await conn.fetchrow(f"SELECT {SAGA_COLUMNS} FROM sagas WHERE id = $1", saga_id)  # noqa: S608
+    return None if row is None else saga_record(row)
 
 
 _HISTORY: Final = """
@@ -137,11 +137,11 @@ async def list_sagas(
     limit = max(1, min(limit, 1000))
     args.append(limit + 1)
     rows = await conn.fetch(
-        f"SELECT {_SAGA_COLUMNS} FROM sagas {where} "  # noqa: S608
+        f"SELECT {SAGA_COLUMNS} FROM sagas {where} "  # noqa: S608
         f"ORDER BY created_at DESC, id DESC LIMIT ${len(args)}",
         *args,
     )
-    items = [_record(r) for r in rows[:limit]]
+    items = [saga_record(r) for r in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         last = items[-1]

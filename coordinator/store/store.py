@@ -65,6 +65,7 @@ from coordinator.store.records import (
     VerifyResult,
 )
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
+from participant_sdk.pools import create_pool
 from participant_sdk.protocol import Phase
 
 __all__ = ["RegistryLike", "SagaStore"]
@@ -149,7 +150,7 @@ class SagaStore:
         max_size: int = 10,
         clock: Clock = utcnow,
     ) -> Self:
-        pool = await asyncpg.create_pool(
+        pool = await create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
@@ -288,7 +289,7 @@ class SagaStore:
             trace_context=trace_context,
         )
 
-        async def work(conn: asyncpg.Connection) -> tuple[bool, datetime | None]:
+        async def work(conn: asyncpg.Connection) -> tuple[SagaRecord, bool, datetime | None]:
             now = self._clock()
             try:
                 decision = advance(definition, None, event, now)
@@ -313,14 +314,15 @@ class SagaStore:
             )
             if not inserted:
                 row = await conn.fetchrow(
-                    "SELECT saga_type, saga_version, input_hash FROM sagas WHERE id = $1", sid
+                    f"SELECT {queries.SAGA_COLUMNS}, input_hash FROM sagas WHERE id = $1",  # noqa: S608
+                    sid,
                 )
                 assert row is not None
                 if row["saga_type"] != definition.name:
                     raise SagaConflict(sid, f"with type {row['saga_type']!r}")
                 if bytes(row["input_hash"]) != digest:
                     raise SagaConflict(sid, "with a different input")
-                return False, None
+                return queries.saga_record(row), False, None
             locked = LockedSaga(
                 saga_id=sid,
                 saga_type=definition.name,
@@ -332,12 +334,23 @@ class SagaStore:
             earliest = await _write(
                 conn, [Change(locked, 1, event, decision, now, actor)]
             )
-            return True, earliest
+            # The row as written (INSERT, then the snapshot update of history seq 1): no read back.
+            record = SagaRecord(
+                saga_id=sid,
+                saga_type=definition.name,
+                version=definition.version,
+                status=decision.state.status.value,
+                state=decision.state,
+                trace_context=trace_context,
+                history_seq=1,
+                created_at=now,
+                updated_at=now,
+                last_progress_at=now,
+            )
+            return record, True, earliest
 
-        created, earliest = await self._retrying(work)
+        record, created, earliest = await self._retrying(work)
         self._notify_timers(earliest)
-        record = await self.get_saga(sid)
-        assert record is not None
         return StartResult(record=record, created=created)
 
     # -- apply -----------------------------------------------------------------------------

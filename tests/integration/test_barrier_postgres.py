@@ -69,6 +69,85 @@ async def test_concurrent_try_and_cancel_collapse_to_a_legal_outcome(fresh_db: s
     print(f"\ntry won {outcomes.count(Outcome.OK)} of {len(outcomes)} races")
 
 
+
+async def test_rejected_try_races_cancel_and_duplicates(fresh_db: str) -> None:
+    """A rejecting try (no savepoint: rolled back whole, refusal recorded in a second
+    transaction) against a concurrent cancel and a duplicate: no effect survives, the cancel
+    is a null compensation, and every try reply is a rejection."""
+    pool = await _setup(fresh_db)
+    wallet = Wallet(PgSink())
+    handlers = wallet.validate()
+    builder = ParticipantHarness(wallet)
+
+    @contextlib.asynccontextmanager
+    async def begin() -> AsyncIterator[PgCommandTransaction]:
+        async with pool.acquire() as conn, conn.transaction():
+            yield PgCommandTransaction(conn)
+
+    kinds = []
+    for _ in range(30):
+        saga = uuid.uuid4()
+        try_cmd = builder.command("hold", Phase.TRY, {"amount": 500}, saga_id=saga, step="s")
+        cancel_cmd = builder.command("hold", Phase.CANCEL, {"amount": 500}, saga_id=saga, step="s")
+        tried, duplicate, cancelled = await asyncio.gather(
+            *(execute(c, participant="wallet", handlers=handlers, begin=begin,
+                      retry=LocalRetry(initial=timedelta(0)))
+              for c in (try_cmd, try_cmd, cancel_cmd))
+        )
+        assert cancelled.reply.outcome is Outcome.OK
+        for reply in (tried.reply, duplicate.reply):
+            assert reply.outcome is Outcome.REJECTED and reply.error is not None
+            assert reply.error.kind.value in {"business", "barrier_refused"}
+            kinds.append(reply.error.kind.value)
+        assert tried.reply.error == duplicate.reply.error  # both answered from one barrier row
+        assert await pool.fetch("SELECT kind FROM effects WHERE saga_id = $1", saga) == []
+        row = await pool.fetchrow(
+            f"SELECT reason, outcome FROM {BARRIER_TABLE}"
+            " WHERE saga_id = $1 AND phase = 'cancel'", saga)
+        assert (row["reason"], row["outcome"]) == ("null_compensation", "ok")
+    await pool.close()
+    print(f"\nrejection kinds {sorted(set(kinds))}")
+
+
+async def test_cancel_between_rejection_rollback_and_record_wins(fresh_db: str) -> None:
+    """The window the second transaction opens: a cancel lands after the rejected try rolled
+    back and before its refusal is recorded. The try then answers from the cancel's marker."""
+    pool = await _setup(fresh_db)
+    wallet = Wallet(PgSink())
+    handlers = wallet.validate()
+    builder = ParticipantHarness(wallet)
+    saga = uuid.uuid4()
+    try_cmd = builder.command("hold", Phase.TRY, {"amount": 500}, saga_id=saga, step="s")
+    cancel_cmd = builder.command("hold", Phase.CANCEL, {"amount": 500}, saga_id=saga, step="s")
+
+    @contextlib.asynccontextmanager
+    async def begin() -> AsyncIterator[PgCommandTransaction]:
+        async with pool.acquire() as conn, conn.transaction():
+            yield PgCommandTransaction(conn)
+
+    opened = 0
+    cancelled: list[Any] = []
+
+    @contextlib.asynccontextmanager
+    async def begin_try() -> AsyncIterator[PgCommandTransaction]:
+        nonlocal opened
+        opened += 1
+        if opened == 2:  # the rejection's own transaction: let the cancel in first
+            cancelled.append(await execute(cancel_cmd, participant="wallet", handlers=handlers,
+                                           begin=begin))
+        async with begin() as tx:
+            yield tx
+
+    tried = await execute(try_cmd, participant="wallet", handlers=handlers, begin=begin_try)
+    assert opened == 2
+    assert cancelled[0].reply.outcome is Outcome.OK
+    assert tried.reply.outcome is Outcome.REJECTED and tried.reply.error is not None
+    assert tried.reply.error.kind.value == "barrier_refused"
+    assert await pool.fetch("SELECT kind FROM effects WHERE saga_id = $1", saga) == []
+    again = await execute(try_cmd, participant="wallet", handlers=handlers, begin=begin)
+    assert again.reply.error == tried.reply.error
+    await pool.close()
+
 async def _cli(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "participant_sdk", *args,

@@ -76,6 +76,8 @@ async def test_start_writes_snapshot_history_outbox_and_timer_in_one_go(
     assert (cmd.step, cmd.phase, cmd.attempt) == ("reserve", "try", 1)
     timers = await store.list_timers(rec.saga_id)
     assert [t.kind for t in timers] == [TimerKind.DEADLINE.value]
+    # The record is built from what the start wrote, not read back: it must match the row.
+    assert rec == await store.get_saga(rec.saga_id)
 
 
 async def test_start_is_idempotent_by_saga_id(store: SagaStore) -> None:
@@ -85,6 +87,7 @@ async def test_start_is_idempotent_by_saga_id(store: SagaStore) -> None:
         store.start_saga("tcc_order", dict(INPUT), saga_id=saga_id),
     )
     assert sorted([first.created, again.created]) == [False, True]
+    assert first.record == again.record == await store.get_saga(saga_id)
     assert len(await store.get_history(saga_id)) == 1
     assert len(await outbox_commands(store)) == 1
     with pytest.raises(SagaConflict, match="different input"):
@@ -274,3 +277,19 @@ async def test_concurrent_timer_claims_fire_each_timer_once(
     retries = await outbox_commands(store)
     assert sorted((c.saga_id, c.attempt) for c in retries) == sorted((i, 2) for i in ids)
     await verify_all(store, ids)
+
+
+async def test_pool_release_rolls_back_but_skips_the_session_reset(store: SagaStore) -> None:
+    """The store's pool uses the cheap reset: an open transaction is still rolled back."""
+    async with store.pool.acquire() as conn:
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute("CREATE TEMP TABLE leftover (x int) ON COMMIT DROP")
+    for _ in range(4):  # every connection of the pool, so the one released above comes back
+        async with store.pool.acquire() as conn:
+            if await conn.fetchval("SELECT pg_backend_pid()") == pid:
+                assert not conn.is_in_transaction()
+                assert await conn.fetchval("SELECT to_regclass('pg_temp.leftover')") is None
+                return
+    pytest.fail("the released connection did not come back to the pool")
