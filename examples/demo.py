@@ -11,13 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +22,8 @@ from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
+from examples.stack import SAGA, SERVICES, fresh_database, processes, stack_commands
 
-SAGA = "examples.order_saga:OrderSaga"
-SERVICES = ("payments", "inventory", "shipping")
 HOME = Path(os.environ.get("SAGAFLOW_DEVSTACK_HOME", Path(__file__).parents[1] / ".local"))
 
 ORDERS = {
@@ -38,49 +32,6 @@ ORDERS = {
     "compensates": {"order_id": "B-200", "customer_id": "alice", "amount_cents": 4000,
                     "sku": "OOS-LAMP", "quantity": 1, "address": "1 Main St"},
 }
-
-
-def _dsn(base: str, database: str) -> str:
-    return base.rsplit("/", 1)[0] + "/" + database
-
-
-async def _fresh_database(admin_dsn: str, name: str) -> str:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return _dsn(admin_dsn, name)
-
-
-@contextmanager
-def _processes(commands: dict[str, tuple[list[str], dict[str, str]]]) -> Iterator[None]:
-    """Run each command as its own process group; SIGTERM them all on exit."""
-    logs = HOME / "demo"
-    logs.mkdir(parents=True, exist_ok=True)
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        for name, (argv, env) in commands.items():
-            with open(logs / f"{name}.log", "wb") as log:
-                procs[name] = subprocess.Popen(
-                    argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            print(f"  started {name:<11} pid {procs[name].pid}  log {logs / (name + '.log')}")
-        yield
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for name, proc in procs.items():
-            try:
-                code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-            print(f"  stopped {name:<11} exit {code}")
 
 
 async def _wait_terminal(store: SagaStore, saga_id: uuid.UUID) -> Any:
@@ -134,28 +85,19 @@ async def _ledgers(dsns: dict[str, str]) -> None:
 
 async def run(postgres: str, kafka: str) -> None:
     prefix = f"demo{uuid.uuid4().hex[:6]}"
-    coordinator_dsn = await _fresh_database(postgres, "sagaflow_demo")
-    dsns = {name: await _fresh_database(postgres, f"demo_{name}") for name in SERVICES}
+    coordinator_dsn = await fresh_database(postgres, "sagaflow_demo")
+    dsns = {name: await fresh_database(postgres, f"demo_{name}") for name in SERVICES}
     conn = await asyncpg.connect(coordinator_dsn)
     try:
         await migrate(conn)
     finally:
         await conn.close()
 
-    py = sys.executable
-    common = {"SAGAFLOW_KAFKA_BOOTSTRAP": kafka, "SAGAFLOW_TOPIC_PREFIX": prefix}
-    commands = {
-        "coordinator": ([py, "-m", "coordinator", "worker"],
-                        {**common, "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": SAGA}),
-        "relay": ([py, "-m", "outbox_relay"],
-                  {"SAGAFLOW_RELAY_POSTGRES_DSN": coordinator_dsn,
-                   "SAGAFLOW_RELAY_KAFKA_BOOTSTRAP": kafka}),
-        **{name: ([py, "-m", f"examples.services.{name}"],
-                  {**common, "SAGAFLOW_PARTICIPANT_DSN": dsns[name]}) for name in SERVICES},
-    }
+    commands = stack_commands(coordinator_dsn=coordinator_dsn, service_dsns=dsns, kafka=kafka,
+                              topic_prefix=prefix)
     print(f"== starting the stack (topics {prefix}.*)")
     registry = build_registry([SAGA], topic_prefix=prefix)
-    with _processes(commands):
+    with processes(commands, HOME / "demo"):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
             started = {
                 label: (await store.start_saga("order", order, actor="demo")).record.saga_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -18,31 +18,13 @@ import asyncpg
 
 from coordinator.api.errors import BadRequest
 from coordinator.api.models import SagaFilter, SagaSort
-from coordinator.engine import SagaState, StepPhase
+from coordinator.engine import StepPhase
 from coordinator.store import SagaRecord
+from coordinator.store.queries import SAGA_COLUMNS, saga_record
 
 __all__ = ["Page", "list_sagas", "matching_ids"]
 
-_COLUMNS: Final = (
-    "id, saga_type, saga_version, status, snapshot, trace_context, history_seq, "
-    "created_at, updated_at, last_progress_at"
-)
 _ACTIVE: Final = [p.value for p in StepPhase if p.is_active]
-
-
-def record(row: Mapping[str, Any]) -> SagaRecord:
-    return SagaRecord(
-        saga_id=row["id"],
-        saga_type=row["saga_type"],
-        version=row["saga_version"],
-        status=row["status"],
-        state=SagaState.from_json(json.loads(row["snapshot"])),
-        trace_context=json.loads(row["trace_context"]),
-        history_seq=row["history_seq"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        last_progress_at=row["last_progress_at"],
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +112,11 @@ async def list_sagas(
     direction = "DESC" if descending else "ASC"
     w.args.append(limit + 1)
     rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM sagas {w.sql()} "  # noqa: S608 - fixed fragments only
+        f"SELECT {SAGA_COLUMNS} FROM sagas {w.sql()} "  # noqa: S608 - fixed fragments only
         f"ORDER BY {column} {direction}, id {direction} LIMIT ${len(w.args)}",
         *w.args,
     )
-    items = [record(r) for r in rows[:limit]]
+    items = [saga_record(r) for r in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         last = items[-1]
