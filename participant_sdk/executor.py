@@ -51,9 +51,6 @@ class CommandTransaction(Protocol):
     @property
     def barrier(self) -> BarrierStore: ...
 
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        """A nested transaction rolled back (alone) when the block raises."""
-
 
 #: Opens a transaction: commits on a clean exit, rolls back when the block raises.
 BeginTransaction = Callable[[], AbstractAsyncContextManager[CommandTransaction]]

@@ -62,10 +62,6 @@ class PgCommandTransaction:
     def barrier(self) -> PgBarrierStore:
         return self._barrier
 
-    def savepoint(self) -> contextlib.AbstractAsyncContextManager[None]:
-        tx: contextlib.AbstractAsyncContextManager[None] = self._conn.transaction()
-        return tx
-
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, runner: ParticipantRunner) -> None:

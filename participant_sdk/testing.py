@@ -90,16 +90,6 @@ class MemoryTransaction:
         rows = [*self._harness.tables.get(table, []), *(r for t, r in self._rows if t == table)]
         return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
 
-    @contextlib.asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
-        rows, barrier = len(self._rows), dict(self._barrier_writes)
-        try:
-            yield
-        except BaseException:
-            del self._rows[rows:]
-            self._barrier_writes = barrier
-            raise
-
     def _commit(self) -> None:
         self._harness.barrier.rows.update(self._barrier_writes)
         for table, row in self._rows:

@@ -17,7 +17,7 @@ import pytest
 from tests.chaos.conftest import MakeStack
 from tests.chaos.support.driver import plan_orders, start_orders
 from tests.chaos.support.proxy import TcpProxy
-from tests.chaos.support.scenario import finish
+from tests.chaos.support.scenario import cut_then_restart, finish
 from tests.chaos.support.services import OwnedKafka, free_port
 from tests.chaos.support.stack import ChaosStack
 
@@ -46,20 +46,14 @@ async def test_kafka_cut_connections_and_broker_restart(
         orders = plan_orders(SEED, 60)
         driver = asyncio.create_task(
             start_orders(stack.dsn("coordinator"), stack.prefix, orders, pace=0.25))
-        cuts = cut_connections = restarts = 0
-        for _ in range(5):
-            await asyncio.sleep(rng.uniform(1.0, 2.5))
-            cut_connections += proxy.refuse(rng.uniform(0.0, 1.0))
-            cuts += 1
-        await asyncio.sleep(1.0)
-        await asyncio.to_thread(broker.restart)
-        restarts += 1
+        faults = await cut_then_restart(proxy, rng, broker.restart)
         await driver
         result = await finish(
             "kafka-cuts-and-restart", stack, orders,
-            {"kafka_proxy_cuts": cuts, "kafka_broker_sigkill_restart": restarts}, started,
+            {"kafka_proxy_cuts": faults.cuts, "kafka_broker_sigkill_restart": faults.restarts},
+            started,
             settle_timeout=90,
-            extra={"connections cut": cut_connections},
+            extra={"connections cut": faults.cut_connections},
         )
         await stack.drop()
     finally:

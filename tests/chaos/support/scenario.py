@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tests.chaos.support.audit import Audit, Poison, audit, summary
 from tests.chaos.support.driver import Order, wait_settled
+from tests.chaos.support.proxy import TcpProxy
 from tests.chaos.support.stack import ChaosStack
 
 
@@ -39,3 +43,26 @@ async def finish(
         for proc in stack.procs:
             print(f"----- tail of {proc} -----\n{stack.log_tail(proc, 12)}")
     return result
+
+
+@dataclass
+class CutsAndRestart:
+    cuts: int = 0
+    cut_connections: int = 0
+    restarts: int = 0
+
+
+async def cut_then_restart(
+    proxy: TcpProxy, rng: random.Random, restart: Callable[[], None], *, cuts: int = 5
+) -> CutsAndRestart:
+    """Refuse connections through ``proxy`` ``cuts`` times at random moments, then restart
+    the service behind it (``restart`` blocks, so it runs in a thread)."""
+    done = CutsAndRestart()
+    for _ in range(cuts):
+        await asyncio.sleep(rng.uniform(1.0, 2.5))
+        done.cut_connections += proxy.refuse(rng.uniform(0.0, 1.0))
+        done.cuts += 1
+    await asyncio.sleep(1.0)
+    await asyncio.to_thread(restart)
+    done.restarts += 1
+    return done
