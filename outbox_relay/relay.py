@@ -39,30 +39,41 @@ HEADER_RELAY_EPOCH: Final = "sagaflow-relay-epoch"
 
 _CLAIM: Final = """
 SELECT o.id, o.shard, o.topic, o.key, o.payload, o.message_id, o.headers::text AS headers
-FROM unnest($1::smallint[], $2::int[]) AS s(shard, lim)
+FROM unnest($1::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
     SELECT * FROM sagaflow_outbox o
     WHERE o.shard = s.shard
-      AND NOT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter d WHERE d.key = o.key)
+      AND (NOT (SELECT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter))
+           OR NOT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter d WHERE d.key = o.key))
     ORDER BY o.id
-    LIMIT s.lim
+    LIMIT $2
 ) AS o
 ORDER BY o.id
 LIMIT $3
 """
 
-_DEAD_LETTER: Final = """
-INSERT INTO sagaflow_outbox_dead_letter
-    (id, shard, topic, key, payload, message_id, headers, created_at, error_class, reason)
-SELECT o.id, o.shard, o.topic, o.key, o.payload, o.message_id, o.headers, o.created_at,
-       d.error_class, d.reason
-FROM unnest($1::bigint[], $2::text[], $3::text[]) AS d(id, error_class, reason)
-JOIN sagaflow_outbox o ON o.id = d.id
-ON CONFLICT (id) DO UPDATE SET failed_at = clock_timestamp(),
-    error_class = excluded.error_class, reason = excluded.reason
+#: Deletes acked and dead rows in one statement (one round trip, no BEGIN/COMMIT); the dead
+#: ones are copied to the dead-letter table first (both read the statement's snapshot).
+_SETTLE: Final = """
+WITH dead AS (
+    INSERT INTO sagaflow_outbox_dead_letter
+        (id, shard, topic, key, payload, message_id, headers, created_at, error_class, reason)
+    SELECT o.id, o.shard, o.topic, o.key, o.payload, o.message_id, o.headers, o.created_at,
+           d.error_class, d.reason
+    FROM unnest($3::smallint[], $4::bigint[], $5::text[], $6::text[])
+        AS d(shard, id, error_class, reason)
+    JOIN sagaflow_outbox o ON o.shard = d.shard AND o.id = d.id
+    ON CONFLICT (id) DO UPDATE SET failed_at = clock_timestamp(),
+        error_class = excluded.error_class, reason = excluded.reason
+)
+DELETE FROM sagaflow_outbox o
+USING unnest($1::smallint[] || $3::smallint[], $2::bigint[] || $4::bigint[]) AS d(shard, id)
+WHERE o.shard = d.shard AND o.id = d.id
 """
 
-_DELETE: Final = "DELETE FROM sagaflow_outbox WHERE id = ANY($1::bigint[])"
+#: Rows handed to the producer between two yields to the event loop, so that the other lane's
+#: Postgres round trips and the producer's sender make progress during a long send.
+_YIELD_EVERY: Final = 64
 
 _LAG: Final = """
 SELECT count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
@@ -104,7 +115,11 @@ _KAFKA_CONNECTION_ERRORS: Final = _kafka_connection_errors()
 
 @dataclass(slots=True)
 class _BatchOutcome:
-    acked: list[int] = field(default_factory=list)
+    """What became of a batch: rows to delete (acked or dead-lettered) and rows kept."""
+
+    acked_shards: list[int] = field(default_factory=list)
+    acked_ids: list[int] = field(default_factory=list)
+    dead_shards: list[int] = field(default_factory=list)
     dead_ids: list[int] = field(default_factory=list)
     dead_classes: list[str] = field(default_factory=list)
     dead_reasons: list[str] = field(default_factory=list)
@@ -112,8 +127,13 @@ class _BatchOutcome:
     #: Keys with a row that failed; their later rows stay in the table for a later batch.
     stopped: set[str] = field(default_factory=set)
 
-    def dead(self, row_id: int, exc: BaseException) -> None:
-        self.dead_ids.append(row_id)
+    def acked(self, row: asyncpg.Record) -> None:
+        self.acked_shards.append(row["shard"])
+        self.acked_ids.append(row["id"])
+
+    def dead(self, row: asyncpg.Record, exc: BaseException) -> None:
+        self.dead_shards.append(row["shard"])
+        self.dead_ids.append(row["id"])
         self.dead_classes.append(type(exc).__name__)
         self.dead_reasons.append(str(exc) or type(exc).__name__)
 
@@ -124,15 +144,31 @@ class _Inflight:
 
     started: float
     pending: list[tuple[asyncpg.Record, asyncio.Future[Any]]] = field(default_factory=list)
-    ids: set[int] = field(default_factory=set)
-    per_shard: dict[int, int] = field(default_factory=dict)
     outcome: _BatchOutcome = field(default_factory=_BatchOutcome)
 
-    def add(self, row: asyncpg.Record, fut: asyncio.Future[Any]) -> None:
-        self.pending.append((row, fut))
-        self.ids.add(row["id"])
-        shard = row["shard"]
-        self.per_shard[shard] = self.per_shard.get(shard, 0) + 1
+
+@dataclass(slots=True)
+class _Lane:
+    """The owned shards with one remainder modulo ``_LANES``.
+
+    Lanes take turns: in lane i's turn, lane i's settled batch is deleted and its next batch
+    claimed on Postgres while the rows lane i-1 claimed in the previous turn go to the
+    producer. A lane claims only after its previous batch was settled and deleted, so a claim
+    never sees rows in flight; a batch is settled two turns after it was sent, so its
+    acknowledgements have normally arrived.
+    """
+
+    shards: list[int] = field(default_factory=list)
+    claimed: list[asyncpg.Record] = field(default_factory=list)
+    inflight: _Inflight | None = None
+
+
+#: Number of lanes: claim, send and acknowledgement of three batches overlap.
+_LANES: Final = 3
+
+
+def _new_lanes() -> tuple[_Lane, ...]:
+    return tuple(_Lane() for _ in range(_LANES))
 
 
 class Relay:
@@ -159,7 +195,8 @@ class Relay:
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._tracer = trace.get_tracer("sagaflow.outbox_relay")
-        self._inflight: _Inflight | None = None
+        self._lanes = _new_lanes()
+        self._turn = 0
         self._valid_topics: dict[str, bool] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -269,7 +306,7 @@ class Relay:
         idle = self.settings.min_poll_interval.total_seconds()
         max_idle = self.settings.poll_interval.total_seconds()
         while not self._stopping.is_set():
-            claimed = 0
+            sent = claimed = 0
             async for attempt in self._retrying():
                 with attempt:
                     if self._stopping.is_set():
@@ -280,26 +317,26 @@ class Relay:
                             await self._connect_pg()
                             next_rebalance = 0.0
                         if now >= next_rebalance:
-                            await self._drain()
                             await self._rebalance()
                             next_rebalance = now + self.settings.rebalance_interval.total_seconds()
                         if now >= next_lag:
                             await self._refresh_lag()
                             next_lag = now + self.settings.lag_interval.total_seconds()
-                        claimed = await self._cycle()
+                        sent, claimed = await self._cycle()
                     except BaseException as exc:
                         if not isinstance(exc, (KafkaError, _TransientPublishError)):
                             await self._close_pg(release=False)
                         raise
-            if claimed >= self.settings.batch_size:
+            if claimed:
+                # The next turn sends them.
                 idle = self.settings.min_poll_interval.total_seconds()
                 continue
-            if claimed:
+            if sent or self._busy():
                 idle = self.settings.min_poll_interval.total_seconds()
             else:
                 idle = min(max_idle, max(idle * 2, self.settings.min_poll_interval.total_seconds()))
             await self._sleep(idle)
-        if self._inflight is not None and self._conn is not None:
+        if self._busy() and self._conn is not None:
             try:
                 await self._drain()
             except Exception as exc:
@@ -342,8 +379,8 @@ class Relay:
     async def _close_pg(self, *, release: bool) -> None:
         conn, self._conn = self._conn, None
         shards, self._shards = self._shards, None
-        # Rows of a batch in flight stay in the table; a later owner re-sends them.
-        self._inflight = None
+        # Rows claimed or in flight stay in the table; a later owner (re-)sends them.
+        self._lanes = _new_lanes()
         if shards is not None:
             for shard in shards.owned:
                 self.metrics.shard_owned.labels(str(shard)).set(0)
@@ -360,7 +397,13 @@ class Relay:
 
     async def _rebalance(self) -> None:
         assert self._shards is not None
-        acquired, released = await self._shards.rebalance()
+        # Shards are released only once nothing of theirs is claimed or in flight.
+        acquired, released = await self._shards.rebalance(before_release=self._drain)
+        if acquired or released:
+            for lane in self._lanes:
+                lane.shards.clear()
+            for shard in sorted(self._shards.owned):
+                self._lanes[shard % _LANES].shards.append(shard)
         for shard in released:
             self.metrics.shard_owned.labels(str(shard)).set(0)
         self.metrics.live_relays.set(self._shards.live_relays)
@@ -383,60 +426,76 @@ class Relay:
         dead = await self._conn.fetchval("SELECT count(*) FROM sagaflow_outbox_dead_letter")
         self.metrics.dead_letters.set(dead or 0)
 
-    async def _cycle(self) -> int:
-        """Claim the next batch while the previous one waits for Kafka, then settle the previous
-        one and send the next. Returns rows sent.
+    def _busy(self) -> bool:
+        return any(lane.claimed or lane.inflight is not None for lane in self._lanes)
 
-        A batch is sent only once the previous batch's outcome is known, so a key that failed
-        there is held out of the next batch (per-key order); the claim of the next batch and the
-        delete of the previous one overlap Kafka's acknowledgement of the batch in flight.
+    async def _cycle(self) -> tuple[int, int]:
+        """One lane's turn: settle its batch in flight, then delete it and claim the lane's next
+        batch on Postgres while the rows the previous lane claimed go to the producer.
+
+        Returns (rows sent, rows claimed). Each lane's batches are strictly sequential (claimed
+        only after the previous one is settled and deleted) and a key always maps to the same
+        shard and so the same lane: per-key order needs nothing more. A key that failed in the
+        settled batch is dead-lettered (the claim skips keys with a dead letter) or, for a
+        transient failure, re-sent after the backoff from its failed row on.
         """
-        conn, shards = self._conn, self._shards
-        assert conn is not None and shards is not None
-        inflight = self._inflight
-        rows: list[asyncpg.Record] = []
-        if shards.owned:
-            owned = sorted(shards.owned)
-            batch = self.settings.batch_size
-            per_shard = min(batch, max(64, 2 * -(-batch // len(owned))))
-            if inflight is None:
-                fetched = await conn.fetch(_CLAIM, owned, [per_shard] * len(owned), batch)
-                rows = list(fetched)
-            else:
-                # Rows in flight are still in the table: fetch past them and drop them here.
-                limits = [per_shard + inflight.per_shard.get(s, 0) for s in owned]
-                fetched = await conn.fetch(_CLAIM, owned, limits, batch + len(inflight.ids))
-                rows = [r for r in fetched if r["id"] not in inflight.ids][:batch]
-        outcome: _BatchOutcome | None = None
-        if inflight is not None:
-            self._inflight = None
-            outcome = await self._settle(inflight)
-            if outcome.stopped:
-                rows = [r for r in rows if r["key"] not in outcome.stopped]
-        if rows:
-            self.metrics.batch_size.observe(len(rows))
-            self._inflight = await self._send(rows, shards.owned)
+        shards = self._shards
+        assert shards is not None
+        index, self._turn = self._turn, (self._turn + 1) % _LANES
+        lane, other = self._lanes[index], self._lanes[index - 1]
+        inflight, lane.inflight = lane.inflight, None
+        outcome = await self._settle(inflight) if inflight is not None else None
+        postgres = asyncio.ensure_future(self._commit_and_claim(outcome, lane.shards))
+        rows, other.claimed = other.claimed, []
+        try:
+            await asyncio.sleep(0)  # puts the delete on the wire before the CPU-bound send
+            if rows:
+                self.metrics.batch_size.observe(len(rows))
+                other.inflight = await self._send(rows, shards.owned)
+            lane.claimed = await postgres
+        except BaseException:
+            if not postgres.done():
+                postgres.cancel()
+            await asyncio.wait([postgres])
+            if not postgres.cancelled():
+                postgres.exception()  # retrieved: the error that matters is being raised
+            raise
+        return len(rows), len(lane.claimed)
+
+    async def _commit_and_claim(
+        self, outcome: _BatchOutcome | None, shards: list[int]
+    ) -> list[asyncpg.Record]:
         if outcome is not None:
             await self._commit(outcome)
-        return len(rows)
+        if not shards:
+            return []
+        assert self._conn is not None
+        batch = self.settings.batch_size
+        per_shard = min(batch, max(64, 2 * -(-batch // len(shards))))
+        return list(await self._conn.fetch(_CLAIM, shards, per_shard, batch))
 
     async def _drain(self) -> None:
-        """Settle and commit the batch in flight, if any."""
-        inflight, self._inflight = self._inflight, None
-        if inflight is not None:
-            await self._commit(await self._settle(inflight))
+        """Settle and commit every batch in flight; forget claimed rows (they stay in the table)."""
+        for lane in self._lanes:
+            lane.claimed = []
+            inflight, lane.inflight = lane.inflight, None
+            if inflight is not None:
+                await self._commit(await self._settle(inflight))
 
     async def _commit(self, outcome: _BatchOutcome) -> None:
         conn = self._conn
         assert conn is not None
-        if outcome.acked or outcome.dead_ids:
-            async with conn.transaction():
-                if outcome.dead_ids:
-                    await conn.execute(
-                        _DEAD_LETTER, outcome.dead_ids, outcome.dead_classes, outcome.dead_reasons
-                    )
-                await conn.execute(_DELETE, outcome.acked + outcome.dead_ids)
-            self.metrics.rows_published.inc(len(outcome.acked))
+        if outcome.acked_ids or outcome.dead_ids:
+            await conn.execute(
+                _SETTLE,
+                outcome.acked_shards,
+                outcome.acked_ids,
+                outcome.dead_shards,
+                outcome.dead_ids,
+                outcome.dead_classes,
+                outcome.dead_reasons,
+            )
+            self.metrics.rows_published.inc(len(outcome.acked_ids))
             for cls, row_id, reason in zip(
                 outcome.dead_classes, outcome.dead_ids, outcome.dead_reasons, strict=True
             ):
@@ -494,7 +553,11 @@ class Relay:
         tracing = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
         epoch_header = self.settings.epoch_header
         topics_ok = self._valid_topics
-        for row in rows:
+        pending = inflight.pending
+        for n, row in enumerate(rows, 1):
+            if n % _YIELD_EVERY == 0:
+                # Let the producer's sender and the other lane's Postgres round trip progress.
+                await asyncio.sleep(0)
             key: str = row["key"]
             if key in outcome.stopped:
                 continue
@@ -508,17 +571,15 @@ class Relay:
                 headers = self._headers(row, owned.get(row["shard"]) if epoch_header else None)
                 if tracing:
                     headers = self._traced(topic, headers, row)
-                fut = await producer.send(
-                    topic, bytes(row["payload"]), key=key.encode(), headers=headers
-                )
+                fut = await producer.send(topic, row["payload"], key=key.encode(), headers=headers)
             except (InvalidMessageError, KafkaError, ValueError, UnicodeError) as exc:
                 outcome.stopped.add(key)
                 if isinstance(exc, KafkaError) and _is_transient(exc):
                     outcome.transient = exc
                 else:
-                    outcome.dead(row["id"], exc)
+                    outcome.dead(row, exc)
                 continue
-            inflight.add(row, fut)
+            pending.append((row, fut))
         return inflight
 
     async def _settle(self, inflight: _Inflight) -> _BatchOutcome:
@@ -526,10 +587,10 @@ class Relay:
         outcome = inflight.outcome
         stopped = outcome.stopped
         if inflight.pending:
-            await asyncio.wait(
-                [f for _, f in inflight.pending],
-                timeout=self.settings.publish_timeout.total_seconds(),
-            )
+            # Most acks are in by now: wait only on the rest (a wait per future is not free).
+            waiting = [f for _, f in inflight.pending if not f.done()]
+            if waiting:
+                await asyncio.wait(waiting, timeout=self.settings.publish_timeout.total_seconds())
             self.metrics.publish_latency.observe(time.perf_counter() - inflight.started)
         for row, fut in inflight.pending:
             key = row["key"]
@@ -542,11 +603,11 @@ class Relay:
                 continue
             error = fut.exception()
             if error is None:
-                outcome.acked.append(row["id"])
+                outcome.acked(row)
                 continue
             stopped.add(key)
             if _is_transient(error):
                 outcome.transient = error
             else:
-                outcome.dead(row["id"], error)
+                outcome.dead(row, error)
         return outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
@@ -51,8 +52,14 @@ class ShardOwnership:
             ):
                 return
 
-    async def rebalance(self) -> tuple[list[int], list[int]]:
-        """Move towards the fair share; returns (acquired, released) shards."""
+    async def rebalance(
+        self, *, before_release: Callable[[], Awaitable[None]] | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Move towards the fair share; returns (acquired, released) shards.
+
+        ``before_release`` runs first when shards are about to be given up, so the caller can
+        finish what it has in flight for them.
+        """
         live = int(await self._conn.fetchval(_LIVE_RELAYS, MEMBER_LOCK_NAMESPACE)) or 1
         self.live_relays = live
         target = math.ceil(self.shard_count / live)
@@ -60,6 +67,8 @@ class ShardOwnership:
         released: list[int] = []
         if len(self.owned) > target:
             extras = random.sample(sorted(self.owned), len(self.owned) - target)
+            if before_release is not None:
+                await before_release()
             for shard in extras:
                 await self.release(shard)
                 released.append(shard)
