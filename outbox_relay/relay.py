@@ -504,18 +504,17 @@ class Relay:
         if outcome.transient is not None:
             raise _TransientPublishError(repr(outcome.transient)) from outcome.transient
 
-    def _headers(self, row: asyncpg.Record, epoch: int | None) -> list[tuple[str, bytes]]:
-        stored = json.loads(row["headers"])
-        if not isinstance(stored, dict):
-            raise InvalidMessageError("stored headers are not a JSON object")
-        headers: list[tuple[str, bytes]] = []
-        for name, value in stored.items():
-            if not isinstance(value, str):
-                raise InvalidMessageError(f"stored header {name!r} is not text")
-            headers.append((name, value.encode()))
+    @staticmethod
+    def _headers(row: asyncpg.Record, epoch: bytes | None) -> list[tuple[str, bytes]]:
+        try:
+            # Only a JSON object has .items() and only text has .encode(): no isinstance per value.
+            stored = json.loads(row["headers"])
+            headers = [(name, value.encode()) for name, value in stored.items()]
+        except AttributeError:
+            raise InvalidMessageError("stored headers must be a JSON object of texts") from None
         headers.append((HEADER_MESSAGE_ID, str(row["message_id"]).encode()))
         if epoch is not None:
-            headers.append((HEADER_RELAY_EPOCH, f"{row['shard']}.{epoch}".encode()))
+            headers.append((HEADER_RELAY_EPOCH, epoch))
         return headers
 
     def _traced(
@@ -551,7 +550,11 @@ class Relay:
         inflight = _Inflight(started=time.perf_counter())
         outcome = inflight.outcome
         tracing = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-        epoch_header = self.settings.epoch_header
+        epochs = (
+            {shard: f"{shard}.{epoch}".encode() for shard, epoch in owned.items()}
+            if self.settings.epoch_header
+            else {}
+        )
         topics_ok = self._valid_topics
         pending = inflight.pending
         for n, row in enumerate(rows, 1):
@@ -568,7 +571,7 @@ class Relay:
                     ok = topics_ok[topic] = valid_topic(topic)
                 if not ok:
                     raise InvalidMessageError(f"invalid Kafka topic name {topic!r}")
-                headers = self._headers(row, owned.get(row["shard"]) if epoch_header else None)
+                headers = self._headers(row, epochs.get(row["shard"]))
                 if tracing:
                     headers = self._traced(topic, headers, row)
                 fut = await producer.send(topic, row["payload"], key=key.encode(), headers=headers)

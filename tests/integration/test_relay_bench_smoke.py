@@ -39,3 +39,4 @@ def test_relay_throughput_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Pat
     (result,) = tmp_path.glob("relay_throughput-smoke-*.json")
     data = json.loads(result.read_text())
     assert data["relay_msg_per_s"] > 0 and data["raw_msg_per_s"] > 0
+    assert len(data["rounds"]) == 2  # both orders: relay first, then raw first

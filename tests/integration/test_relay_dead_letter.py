@@ -51,17 +51,25 @@ async def test_poison_and_oversized_rows(
         topic,
         uuid.uuid4(),
     )
+    # Headers must be a JSON object of text values; a number cannot become a Kafka header.
+    await conn.execute(
+        "INSERT INTO sagaflow_outbox (shard, topic, key, payload, message_id, headers) "
+        "VALUES (1, $1, 'bad-headers', 'x', $2, '{\"x-seq\": 0}')",
+        topic,
+        uuid.uuid4(),
+    )
     await write(fresh_db, good[25:])
     registry = CollectorRegistry()
     async with Relay(fast_settings(fresh_db, kafka_bootstrap), registry=registry):
         received = await consume(kafka_bootstrap, [topic], len(good), 30)
         seqs = check_per_key_order(received)
         assert {k for k in seqs} == {f"good-{i}" for i in range(10)}
-        await wait_outbox_empty_except(conn, {"big", "poison"}, dead_letters=2)
+        await wait_outbox_empty_except(conn, {"big", "poison"}, dead_letters=3)
         dead = await list_dead_letters(conn)
         assert {(d.key, d.error_class) for d in dead} == {
             ("big", "MessageSizeTooLargeError"),
             ("poison", "InvalidMessageError"),
+            ("bad-headers", "InvalidMessageError"),
         }
         assert all(d.reason for d in dead)
         # Later rows of the stopped keys are held back, not published and not lost.
@@ -80,12 +88,12 @@ async def test_poison_and_oversized_rows(
         assert await discard_dead_letter(conn, big_dead.id)
         # Requeue the poison row: it fails again and stays dead-lettered, still ahead of seq 1.
         assert await requeue_dead_letter(conn, poison_dead.id)
-        await wait_outbox_empty_except(conn, {"poison"}, dead_letters=1)
+        await wait_outbox_empty_except(conn, {"poison"}, dead_letters=2)
         big = await consume(kafka_bootstrap, [topic], len(good) + 2, 10)
         assert [r.seq for r in big if r.key == "big"] == [1, 2]
-        assert await count_dead_letters(conn) == 1
-        again = await list_dead_letters(conn)
-        assert again[0].id == poison_dead.id and again[0].failed_at >= poison_dead.failed_at
+        assert await count_dead_letters(conn) == 2
+        (again,) = [d for d in await list_dead_letters(conn) if d.key == "poison"]
+        assert again.id == poison_dead.id and again.failed_at >= poison_dead.failed_at
         # Discard it: the key's later row is published.
         assert await discard_dead_letter(conn, poison_dead.id)
         await wait_outbox_empty(fresh_db, 10)
