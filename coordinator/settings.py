@@ -41,6 +41,11 @@ class CoordinatorSettings(BaseSettings):
     #: Connection pool bounds.
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
+    #: After a commit that wrote commands, send the relays a wake-up hint: a NOTIFY after the
+    #: commit, in a transaction of its own, at most once per ``relay_wake_interval``. Off, an
+    #: idle relay finds commands at its next poll (up to its poll interval, 100 ms, later).
+    wake_relays: bool = True
+    relay_wake_interval: timedelta = timedelta(milliseconds=5)
     #: How long stop() lets in-flight batches finish before cancelling them.
     shutdown_grace: timedelta = timedelta(seconds=10)
 

@@ -13,6 +13,7 @@ from outbox_relay.metrics import RelayMetrics
 from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
 from outbox_relay.schema import DDL, DEFAULT_SHARD_COUNT, NOTIFY_CHANNEL, install
 from outbox_relay.settings import RelaySettings
+from outbox_relay.waker import RelayWaker
 
 __all__ = [
     "DDL",
@@ -27,6 +28,7 @@ __all__ = [
     "RelayMetrics",
     "RelaySettings",
     "RelayStateError",
+    "RelayWaker",
     "SchemaError",
     "count_dead_letters",
     "discard_dead_letter",

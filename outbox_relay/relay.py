@@ -281,7 +281,7 @@ class Relay:
             retry=tenacity.retry_if_exception(_is_transient),
             wait=tenacity.wait_exponential(multiplier=0.1, max=5.0) + tenacity.wait_random(0, 0.1),
             stop=tenacity.stop_never,
-            sleep=self._sleep,
+            sleep=self._backoff,
             before_sleep=self._before_retry,
             reraise=True,
         )
@@ -292,19 +292,23 @@ class Relay:
         self.metrics.transient_failures.labels(system).inc()
         log.warning("relay %s: transient %s failure, retrying: %r", self.name, system, exc)
 
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep, waking early on stop or a writer's hint."""
-        if self._stopping.is_set():
-            return
+    async def _backoff(self, seconds: float) -> None:
+        """Sleep before a retry, waking early only on stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _idle(self, seconds: float) -> None:
+        """Sleep between polls, waking early on stop or on a hint that arrived since the round
+        began (the flag is cleared when a round starts, not here, so none is lost)."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
-        self._wake.clear()
 
     async def _run(self) -> None:
         next_rebalance = 0.0
         next_lag = 0.0
         idle = self.settings.min_poll_interval.total_seconds()
         max_idle = self.settings.poll_interval.total_seconds()
+        moved = False  # rows sent or claimed in the current round of lane turns
         while not self._stopping.is_set():
             sent = claimed = 0
             async for attempt in self._retrying():
@@ -322,20 +326,23 @@ class Relay:
                         if now >= next_lag:
                             await self._refresh_lag()
                             next_lag = now + self.settings.lag_interval.total_seconds()
+                        if self._turn == 0:
+                            self._wake.clear()  # this round's claims see what was hinted so far
                         sent, claimed = await self._cycle()
                     except BaseException as exc:
                         if not isinstance(exc, (KafkaError, _TransientPublishError)):
                             await self._close_pg(release=False)
                         raise
-            if claimed:
-                # The next turn sends them.
-                idle = self.settings.min_poll_interval.total_seconds()
+            moved = moved or bool(sent or claimed)
+            if claimed or self._turn:
+                # Claimed rows go out in the next turn; a round polls every lane before sleeping.
                 continue
-            if sent or self._busy():
+            if moved or self._busy():
                 idle = self.settings.min_poll_interval.total_seconds()
             else:
                 idle = min(max_idle, max(idle * 2, self.settings.min_poll_interval.total_seconds()))
-            await self._sleep(idle)
+            moved = False
+            await self._idle(idle)
         if self._busy() and self._conn is not None:
             try:
                 await self._drain()

@@ -20,6 +20,7 @@ from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.settings import ApiSettings
 from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
+from coordinator.relay_wake import start_relay_waker
 from coordinator.store import SagaStore
 from participant_sdk.pools import create_pool
 
@@ -77,6 +78,7 @@ def create_app(
             store=the_store, registry=the_store.registry, clock=clock,
             stuck_policy=ObservabilitySettings().stuck_policy(),
             wake_jobs=runner.wake if runner is not None else (lambda: None))
+        waker = await start_relay_waker(the_store, settings)
         try:
             if runner is not None:
                 await runner.start()
@@ -84,6 +86,8 @@ def create_app(
         finally:
             if runner is not None:
                 await runner.stop()
+            if waker is not None:
+                await waker.stop()
             if own:
                 await the_store.close()
 

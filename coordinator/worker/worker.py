@@ -21,9 +21,11 @@ from aiokafka.structs import OffsetAndMetadata
 
 from coordinator.migrations import migrate
 from coordinator.observability.scan import WorkerObservability
+from coordinator.relay_wake import start_relay_waker
 from coordinator.serverless import fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
+from outbox_relay import RelayWaker
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
 
@@ -62,6 +64,7 @@ class Worker:
         self._sleep_until: datetime | None = None
         self._started = False
         self._stopped = False
+        self._relay_waker: RelayWaker | None = None
         #: Metrics and the periodic in-flight/stuck scan (created by start()).
         self.observability: WorkerObservability | None = None
         #: Counters for tests and logs.
@@ -94,6 +97,7 @@ class Worker:
             async with self.store.pool.acquire() as conn:
                 await migrate(conn)
         self.store.add_timer_listener(self._on_timer_scheduled)
+        self._relay_waker = await start_relay_waker(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name)
         await self.observability.start()
         consumer = AIOKafkaConsumer(
@@ -129,6 +133,8 @@ class Worker:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._consumer is not None:
             await self._consumer.stop()
+        if self._relay_waker is not None:
+            await self._relay_waker.stop()
         if self.observability is not None:
             await self.observability.stop()
         if self._owns_store and self._store is not None:

@@ -26,6 +26,7 @@ def test_exported_members() -> None:
             "RelayMetrics",
             "RelaySettings",
             "RelayStateError",
+            "RelayWaker",
             "SchemaError",
             "count_dead_letters",
             "discard_dead_letter",
