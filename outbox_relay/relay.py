@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self
@@ -25,7 +25,13 @@ from typing import Any, Final, Self
 import asyncpg
 import tenacity
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+)
 from opentelemetry import propagate, trace
 from prometheus_client import CollectorRegistry
 
@@ -90,7 +96,42 @@ class _TransientPublishError(Exception):
     """Some rows of a batch were not acknowledged for a reason that may pass."""
 
 
+class _ProducerFault(_TransientPublishError):
+    """The producer's idempotence state broke: replace the producer, then re-send."""
+
+
+#: Errors about the producer's sequence/epoch state, not about a row. Dead-lettering the row
+#: would stop a healthy key, so the producer is replaced (new producer id) and the rows re-sent.
+_PRODUCER_FAULTS: Final = (
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+    InvalidProducerEpoch,
+)
+
+ProducerFactory = Callable[[RelaySettings], AIOKafkaProducer]
+
+
+def producer_config(settings: RelaySettings) -> dict[str, Any]:
+    """The relay's aiokafka producer arguments: idempotent, ``acks=all``."""
+    return {
+        "bootstrap_servers": settings.kafka_bootstrap,
+        "enable_idempotence": True,
+        "acks": "all",
+        "linger_ms": settings.linger_ms,
+        "max_batch_size": settings.producer_batch_bytes,
+        "max_request_size": settings.max_request_size,
+        "client_id": settings.relay_id,
+    }
+
+
+def _new_producer(settings: RelaySettings) -> AIOKafkaProducer:
+    return AIOKafkaProducer(**producer_config(settings))
+
+
 def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, _PRODUCER_FAULTS):
+        return True
     if isinstance(exc, KafkaError):
         return bool(exc.retriable) or isinstance(exc, _KAFKA_CONNECTION_ERRORS)
     return isinstance(
@@ -129,12 +170,23 @@ class _BatchOutcome:
     dead_classes: list[str] = field(default_factory=list)
     dead_reasons: list[str] = field(default_factory=list)
     transient: BaseException | None = None
+    #: The transient failure was the producer's state (see ``_PRODUCER_FAULTS``).
+    producer_fault: bool = False
     #: Keys with a row that failed; their later rows stay in the table for a later batch.
     stopped: set[str] = field(default_factory=set)
 
     def acked(self, row: asyncpg.Record) -> None:
         self.acked_shards.append(row["shard"])
         self.acked_ids.append(row["id"])
+
+    def failed(self, row: asyncpg.Record, exc: BaseException) -> None:
+        """A row Kafka did not take: kept for a retry if ``exc`` may pass, else dead-lettered."""
+        self.stopped.add(row["key"])
+        if _is_transient(exc):
+            self.transient = exc
+            self.producer_fault = self.producer_fault or isinstance(exc, _PRODUCER_FAULTS)
+        else:
+            self.dead(row, exc)
 
     def dead(self, row: asyncpg.Record, exc: BaseException) -> None:
         self.dead_shards.append(row["shard"])
@@ -176,6 +228,21 @@ def _new_lanes() -> tuple[_Lane, ...]:
     return tuple(_Lane() for _ in range(_LANES))
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _forget(lanes: Sequence[_Lane]) -> None:
+    """Drop what lanes claimed or have in flight (the rows stay in the table). Their futures'
+    errors are retrieved when they finish, so asyncio does not log them as lost."""
+    for lane in lanes:
+        if lane.inflight is not None:
+            for _, fut in lane.inflight.pending:
+                fut.add_done_callback(_retrieve)
+        lane.claimed, lane.inflight = [], None
+
+
 class Relay:
     """One relay process's worth of work: shard ownership, claim, publish, delete.
 
@@ -188,8 +255,11 @@ class Relay:
         settings: RelaySettings,
         *,
         registry: CollectorRegistry | None = None,
+        producer_factory: ProducerFactory = _new_producer,
     ) -> None:
         self.settings = settings
+        self._producer_factory = producer_factory
+        self._producer_broken = False
         self.metrics = RelayMetrics(registry if registry is not None else CollectorRegistry())
         self._conn: asyncpg.Connection | None = None
         self._shards: ShardOwnership | None = None
@@ -211,15 +281,7 @@ class Relay:
         if self._started:
             raise RelayStateError("relay already started")
         self._started = True
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=self.settings.linger_ms,
-            max_batch_size=self.settings.producer_batch_bytes,
-            max_request_size=self.settings.max_request_size,
-            client_id=self.settings.relay_id,
-        )
+        producer = self._producer_factory(self.settings)
         async for attempt in self._retrying():
             with attempt:
                 await producer.start()
@@ -322,6 +384,8 @@ class Relay:
                         break
                     try:
                         now = time.monotonic()
+                        if self._producer_broken:
+                            await self._replace_producer()
                         if self._conn is None or self._conn.is_closed():
                             await self._connect_pg()
                             next_rebalance = 0.0
@@ -335,7 +399,9 @@ class Relay:
                             self._wake.clear()  # this round's claims see what was hinted so far
                         sent, claimed = await self._cycle()
                     except BaseException as exc:
-                        if not isinstance(exc, (KafkaError, _TransientPublishError)):
+                        if isinstance(exc, _ProducerFault):
+                            self._producer_broken = True
+                        elif not isinstance(exc, (KafkaError, _TransientPublishError)):
                             await self._close_pg(release=False)
                         raise
             moved = moved or bool(sent or claimed)
@@ -385,6 +451,28 @@ class Relay:
         self._shards = shards
         self._set_owned_gauges()
 
+    async def _replace_producer(self) -> None:
+        """Swap a producer whose idempotence state broke for a new one (new producer id).
+
+        What was claimed or in flight is forgotten: those rows are still in the table and the
+        next claims send them again in id order (duplicates carry the same message id).
+        """
+        _forget(self._lanes)
+        old, self._producer = self._producer, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(old.stop(), self.settings.shutdown_timeout.total_seconds())
+        producer = self._producer_factory(self.settings)
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self._producer = producer
+        self._producer_broken = False
+        log.warning("relay %s: Kafka producer replaced after a producer state error", self.name)
+
     def _on_notify(self, *_args: Any) -> None:
         self._wake.set()
 
@@ -392,6 +480,7 @@ class Relay:
         conn, self._conn = self._conn, None
         shards, self._shards = self._shards, None
         # Rows claimed or in flight stay in the table; a later owner (re-)sends them.
+        _forget(self._lanes)
         self._lanes = _new_lanes()
         if shards is not None:
             for shard in shards.owned:
@@ -514,7 +603,8 @@ class Relay:
                 self.metrics.rows_dead_lettered.labels(cls).inc()
                 log.error("relay %s: outbox row %d dead-lettered: %s", self.name, row_id, reason)
         if outcome.transient is not None:
-            raise _TransientPublishError(repr(outcome.transient)) from outcome.transient
+            error = _ProducerFault if outcome.producer_fault else _TransientPublishError
+            raise error(repr(outcome.transient)) from outcome.transient
 
     @staticmethod
     def _headers(row: asyncpg.Record, epoch: bytes | None) -> list[tuple[str, bytes]]:
@@ -588,11 +678,7 @@ class Relay:
                     headers = self._traced(topic, headers, row)
                 fut = await producer.send(topic, row["payload"], key=key.encode(), headers=headers)
             except (InvalidMessageError, KafkaError, ValueError, UnicodeError) as exc:
-                outcome.stopped.add(key)
-                if isinstance(exc, KafkaError) and _is_transient(exc):
-                    outcome.transient = exc
-                else:
-                    outcome.dead(row, exc)
+                outcome.failed(row, exc)
                 continue
             pending.append((row, fut))
         return inflight
@@ -611,18 +697,14 @@ class Relay:
             key = row["key"]
             if key in stopped:
                 # An earlier row of this key failed: keep this one so it is re-sent after it.
+                fut.add_done_callback(_retrieve)
                 continue
             if not fut.done():
-                stopped.add(key)
-                outcome.transient = TimeoutError("Kafka did not acknowledge in time")
+                outcome.failed(row, TimeoutError("Kafka did not acknowledge in time"))
                 continue
             error = fut.exception()
             if error is None:
                 outcome.acked(row)
-                continue
-            stopped.add(key)
-            if _is_transient(error):
-                outcome.transient = error
             else:
-                outcome.dead(row, error)
+                outcome.failed(row, error)
         return outcome
