@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import random
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -36,10 +34,9 @@ from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
 
 from bench.load import percentile
-from bench.relay_throughput import _warm_topics
+from bench.standalone import add_service_args, fresh_database, warm_topics, write_result
 from outbox_relay import OutboxMessage, Relay, RelaySettings, RelayWaker, enqueue, install
 
-RESULTS = Path(__file__).parent / "results"
 MODES = ("plain", "notify", "waker")
 
 
@@ -125,17 +122,12 @@ async def _pickup(dsn: str, kafka: str, topic: str, count: int, mode: str) -> li
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    name = f"bench_{uuid.uuid4().hex[:10]}_notify"
-    admin = await asyncpg.connect(args.postgres)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    dsn = args.postgres.rsplit("/", 1)[0] + "/" + name
     topic = f"bench{uuid.uuid4().hex[:8]}.notify"
-    try:
+    async with fresh_database(args.postgres) as dsn:
         conn = await asyncpg.connect(dsn)
         await install(conn)
         await conn.close()
-        await _warm_topics(args.kafka, [topic])
+        await warm_topics(args.kafka, [topic])
         rounds = []
         for i in range(args.rounds):
             order = MODES[i % 3 :] + MODES[: i % 3]
@@ -152,10 +144,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "max_ms": round(max(lat), 1),
             }
             print(f"pick-up, {mode}: {pickup[mode]}")
-    finally:
-        admin = await asyncpg.connect(args.postgres)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
     ratios = {m: round(statistics.median(r[m] / r["plain"] for r in rounds), 3) for m in MODES}
     return {
         "bench": "outbox_notify",
@@ -176,27 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pickups", type=int, default=60, help="sparse messages per mode")
-    parser.add_argument(
-        "--postgres",
-        default=os.environ.get(
-            "SAGAFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
-    parser.add_argument(
-        "--kafka", default=os.environ.get("SAGAFLOW_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    )
-    parser.add_argument("--smoke", action="store_true", help="tiny run: checks the harness only")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    add_service_args(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.writers, args.seconds, args.rounds, args.pickups = 2, 0.3, 1, 3
     result = asyncio.run(run(args))
     print(f"median writer commit rate / plain: {result['writer_rate_ratio_to_plain']}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = "smoke" if args.smoke else "full"
-    path = args.out / f"outbox_notify-{tag}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result(args, "outbox_notify", result)
     return 0
 
 

@@ -14,23 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import platform
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
+from bench.standalone import add_service_args, fresh_database, warm_topics, write_result
 from outbox_relay import OutboxMessage, Relay, RelaySettings, enqueue, install
 from participant_sdk.protocol import HEADER_MESSAGE_ID
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def _messages(topic: str, n: int, keys: int, size: int) -> list[OutboxMessage]:
@@ -105,28 +102,12 @@ async def _raw_run(settings: RelaySettings, msgs: list[OutboxMessage]) -> float:
         await producer.stop()
 
 
-async def _warm_topics(bootstrap: str, topics: list[str]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-    await producer.start()
-    try:
-        for t in topics:
-            await (await producer.send(t, b"warm", key=b"warm"))
-    finally:
-        await producer.stop()
-
-
 async def _round(args: argparse.Namespace, n: int, relay_first: bool) -> tuple[float, float]:
     """One relay run and one raw run on fresh topics and a fresh database: (relay s, raw s)."""
-    admin_url = args.postgres
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(admin_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    dsn = admin_url.rsplit("/", 1)[0] + "/" + name
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     relay_topic, raw_topic = f"{prefix}.relay", f"{prefix}.raw"
-    try:
-        await _warm_topics(args.kafka, [relay_topic, raw_topic])
+    async with fresh_database(args.postgres) as dsn:
+        await warm_topics(args.kafka, [relay_topic, raw_topic])
         settings = RelaySettings(
             postgres_dsn=dsn,
             kafka_bootstrap=args.kafka,
@@ -144,10 +125,6 @@ async def _round(args: argparse.Namespace, n: int, relay_first: bool) -> tuple[f
             raw_s = await _raw_run(settings, raw_msgs)
             relay_s = await _relay_run(settings, n)
         return relay_s, raw_s
-    finally:
-        admin = await asyncpg.connect(admin_url)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -191,17 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5, help="relay/raw pairs, order alternating")
-    parser.add_argument(
-        "--postgres",
-        default=os.environ.get(
-            "SAGAFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
-    parser.add_argument(
-        "--kafka", default=os.environ.get("SAGAFLOW_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    )
-    parser.add_argument("--smoke", action="store_true", help="tiny run: checks the harness only")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    add_service_args(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.messages, args.keys, args.rounds = 300, 20, 2
@@ -209,11 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median relay: {result['relay_msg_per_s']:,} msg/s")
     print(f"median raw:   {result['raw_msg_per_s']:,} msg/s")
     print(f"median ratio: {result['ratio']}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = "smoke" if args.smoke else "full"
-    path = args.out / f"relay_throughput-{tag}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result(args, "relay_throughput", result)
     return 0
 
 
