@@ -21,8 +21,6 @@ from typing import Final
 
 import asyncpg
 
-from outbox_relay.schema import NOTIFY_CHANNEL
-
 log = logging.getLogger(__name__)
 
 _RETRY_AFTER = 1.0
@@ -31,11 +29,9 @@ _SEND_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 #: One round trip, one implicit transaction: the hint needs no durability, so its commit does
-#: not wait for a WAL flush. Constant text (simple query protocol allows the two statements).
-_HINT: Final = (
-    "SET LOCAL synchronous_commit = off; "
-    f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')"
-)
+#: not wait for a WAL flush. A constant (the simple query protocol allows two statements but
+#: no parameters); the channel is ``NOTIFY_CHANNEL``, which the relay tests listen on.
+_HINT: Final = "SET LOCAL synchronous_commit = off; SELECT pg_notify('sagaflow_outbox', '')"
 
 
 class RelayWaker:
