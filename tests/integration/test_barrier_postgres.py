@@ -34,16 +34,21 @@ async def _setup(dsn: str) -> Any:
     return pool
 
 
-async def test_concurrent_try_and_cancel_collapse_to_a_legal_outcome(fresh_db: str) -> None:
-    pool = await _setup(fresh_db)
+def _wallet(pool: Any) -> tuple[Any, ParticipantHarness, Any]:
+    """The wallet's handlers, a command builder, and a transaction factory on ``pool``."""
     wallet = Wallet(PgSink())
-    handlers = wallet.validate()
-    builder = ParticipantHarness(wallet)
 
     @contextlib.asynccontextmanager
     async def begin() -> AsyncIterator[PgCommandTransaction]:
         async with pool.acquire() as conn, conn.transaction():
             yield PgCommandTransaction(conn)
+
+    return wallet.validate(), ParticipantHarness(wallet), begin
+
+
+async def test_concurrent_try_and_cancel_collapse_to_a_legal_outcome(fresh_db: str) -> None:
+    pool = await _setup(fresh_db)
+    handlers, builder, begin = _wallet(pool)
 
     outcomes = []
     for _ in range(40):
@@ -75,14 +80,7 @@ async def test_rejected_try_races_cancel_and_duplicates(fresh_db: str) -> None:
     transaction) against a concurrent cancel and a duplicate: no effect survives, the cancel
     is a null compensation, and every try reply is a rejection."""
     pool = await _setup(fresh_db)
-    wallet = Wallet(PgSink())
-    handlers = wallet.validate()
-    builder = ParticipantHarness(wallet)
-
-    @contextlib.asynccontextmanager
-    async def begin() -> AsyncIterator[PgCommandTransaction]:
-        async with pool.acquire() as conn, conn.transaction():
-            yield PgCommandTransaction(conn)
+    handlers, builder, begin = _wallet(pool)
 
     kinds = []
     for _ in range(30):
@@ -113,17 +111,10 @@ async def test_cancel_between_rejection_rollback_and_record_wins(fresh_db: str) 
     """The window the second transaction opens: a cancel lands after the rejected try rolled
     back and before its refusal is recorded. The try then answers from the cancel's marker."""
     pool = await _setup(fresh_db)
-    wallet = Wallet(PgSink())
-    handlers = wallet.validate()
-    builder = ParticipantHarness(wallet)
+    handlers, builder, begin = _wallet(pool)
     saga = uuid.uuid4()
     try_cmd = builder.command("hold", Phase.TRY, {"amount": 500}, saga_id=saga, step="s")
     cancel_cmd = builder.command("hold", Phase.CANCEL, {"amount": 500}, saga_id=saga, step="s")
-
-    @contextlib.asynccontextmanager
-    async def begin() -> AsyncIterator[PgCommandTransaction]:
-        async with pool.acquire() as conn, conn.transaction():
-            yield PgCommandTransaction(conn)
 
     opened = 0
     cancelled: list[Any] = []
