@@ -10,7 +10,7 @@ A saga class names itself, gives a version and a pydantic input model, and lists
             TccStep("reserve_funds", participant="payments", action="reserve",
                     payload=lambda ctx: {"customer_id": ctx.input.customer_id}),
             SagaStep("create_shipment", participant="shipping", action="create",
-                     compensation="cancel"),
+                     compensable=True),
         )
 
 The class is validated when it is created; every problem is reported at once, each message
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
 from enum import Enum
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
@@ -42,11 +42,9 @@ __all__ = [
     "DEFAULT_DEADLINE",
     "DEFAULT_RETRY",
     "DEFAULT_ROLLBACK_RETRY",
-    "NO_COMPENSATION",
     "DefinitionError",
     "Guard",
     "Mapper",
-    "NoCompensation",
     "PolicyLike",
     "RetryPolicy",
     "Saga",
@@ -65,16 +63,6 @@ class DefinitionError(ValueError):
     """A saga class (or its registration) is invalid; the message names class and step."""
 
 
-class NoCompensation(Enum):
-    """Marker type of :data:`NO_COMPENSATION`."""
-
-    NO_COMPENSATION = "no_compensation"
-
-
-#: Declares on purpose that a saga step cannot be undone (``compensation=None`` is an error).
-NO_COMPENSATION: Final = NoCompensation.NO_COMPENSATION
-
-
 @dataclass(frozen=True)
 class StepContext(Generic[InputT]):
     """What a guard or payload mapper sees: the saga input and earlier steps' results."""
@@ -82,8 +70,12 @@ class StepContext(Generic[InputT]):
     saga_id: UUID
     version: int
     input: InputT
-    #: Result of every step that succeeded so far, by step key (``None`` for an empty result).
-    results: Mapping[str, dict[str, Any] | None]
+    #: Result of every node that succeeded so far, by node name (``None`` for an empty
+    #: result). Inside a for-each item, the item's own steps are found by their bare names.
+    results: Mapping[str, Any]
+    #: Inside a for-each body: the item and its position; ``None`` elsewhere.
+    item: Any = None
+    index: int | None = None
 
 
 #: Builds a command payload from the context. Must be deterministic: it runs again on replay.
@@ -93,7 +85,7 @@ Guard = Callable[[StepContext[Any]], bool]
 #: A policy, or its fields as a mapping (validated with the class, errors naming the step).
 PolicyLike = RetryPolicy | Mapping[str, Any]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")
 
 
 class _Unset(Enum):
@@ -138,15 +130,15 @@ class TccStep(_StepBase):
 
 @dataclass(frozen=True)
 class SagaStep(_StepBase):
-    """An action, undone by a compensation action on rollback.
+    """An action, undone on rollback by the participant's compensation of the same action.
 
-    ``compensation`` must be given: an action name, or :data:`NO_COMPENSATION`
-    (equivalently ``irreversible=True``) for a step that cannot be undone.
+    ``compensable`` must be said out loud: ``True`` when the participant has an
+    ``on_compensate`` handler for ``action``, ``False`` for a step that cannot be undone. On the
+    wire a compensation is ``phase=compensate`` with the step's own ``action``.
     """
 
     _: KW_ONLY
-    compensation: str | NoCompensation | _Unset | None = _Unset.UNSET
-    irreversible: bool = False
+    compensable: bool | _Unset = _Unset.UNSET
     #: Retry policy of the compensation.
     compensation_retry: PolicyLike = DEFAULT_ROLLBACK_RETRY
     #: Payload of the compensation; default: the action payload.
@@ -154,7 +146,7 @@ class SagaStep(_StepBase):
 
     @property
     def reversible(self) -> bool:
-        return isinstance(self.compensation, str)
+        return self.compensable is True
 
 
 StepSpec = TccStep | SagaStep
@@ -192,7 +184,7 @@ def validate_saga_class(
     where = cls.__qualname__
     problems: list[str] = []
     name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
         problems.append(f"{where}: `name` must be an identifier-like string, got {name!r}")
     version = getattr(cls, "version", None)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
@@ -204,13 +196,11 @@ def validate_saga_class(
     if not isinstance(steps, Sequence) or isinstance(steps, str) or not steps:
         problems.append(f"{where}: `steps` must be a non-empty list or tuple of steps")
         steps = ()
-    seen: set[str] = set()
-    for index, step in enumerate(steps):
-        if not isinstance(step, TccStep | SagaStep):
-            problems.append(f"{where}: steps[{index}] is {step!r}, not a TccStep or SagaStep")
-            continue
-        problems.extend(_step_problems(where, step, seen, strict_participants))
-        seen.add(step.name)
+    from coordinator.flow import node_problems  # flow's nodes hold this module's steps
+
+    problems.extend(node_problems(
+        where, steps, set(), 0,
+        lambda at, step, seen: _step_problems(at, step, seen, strict_participants)))
     if problems:
         raise DefinitionError("invalid saga definition:\n  " + "\n  ".join(problems))
 
@@ -223,12 +213,12 @@ def _step_problems(
 ) -> list[str]:
     at = f"{where}.{step.name}"
     out: list[str] = []
-    if not isinstance(step.name, str) or not _NAME.match(step.name):
+    if not isinstance(step.name, str) or not NAME_PATTERN.match(step.name):
         out.append(f"{at}: step name must be identifier-like (letters, digits, _ and -)")
     if step.name in seen:
-        out.append(f"{at}: duplicate step name {step.name!r}")
+        out.append(f"{at}: duplicate node name {step.name!r}")
     for label, value in (("participant", step.participant), ("action", step.action)):
-        if not isinstance(value, str) or not _NAME.match(value):
+        if not isinstance(value, str) or not NAME_PATTERN.match(value):
             out.append(f"{at}: {label} must be identifier-like, got {value!r}")
     if strict_participants is not None and step.participant not in strict_participants:
         known = ", ".join(sorted(strict_participants)) or "none"
@@ -259,19 +249,9 @@ def _step_problems(
 
 
 def _compensation_problems(at: str, step: SagaStep) -> list[str]:
-    comp = step.compensation
-    if step.irreversible:
-        if isinstance(comp, str):
-            return [f"{at}: irreversible=True contradicts compensation={comp!r}"]
-        return []
-    if comp is NO_COMPENSATION:
-        return []
-    if comp is None:
-        return [f"{at}: compensation=None is ambiguous; pass compensation=NO_COMPENSATION "
-                    "(or irreversible=True) to declare a step that cannot be undone"]
-    if comp is _Unset.UNSET:
-        return [f"{at}: saga step needs a compensation action, or compensation=NO_COMPENSATION "
-                "(or irreversible=True) to declare that it cannot be undone"]
-    if not isinstance(comp, str) or not _NAME.match(comp):
-        return [f"{at}: compensation must be an action name or NO_COMPENSATION, got {comp!r}"]
+    if step.compensable is _Unset.UNSET:
+        return [f"{at}: saga step must say compensable=True (its participant compensates "
+                "the action) or compensable=False (it cannot be undone)"]
+    if not isinstance(step.compensable, bool):
+        return [f"{at}: compensable must be True or False, got {step.compensable!r}"]
     return []

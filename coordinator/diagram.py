@@ -8,49 +8,125 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from coordinator.definition import DefinitionError, Saga
-from coordinator.engine.compiled import CompiledSaga, compile_saga
+from coordinator.engine.compiled import (
+    CompiledGroup,
+    CompiledNode,
+    CompiledSaga,
+    CompiledStep,
+    GroupKind,
+    StepKind,
+    compile_saga,
+)
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
 
 __all__ = ["load_saga_class", "main_diagram", "mermaid"]
 
-_TERMINAL = {"completed", "compensated", "cancelled"}
+_KIND_LABEL = {"parallel": "parallel", "race": "first of", "foreach": "for each",
+               "choice": "choice", "sequence": "sequence"}
 
 
 def _node_id(state: str) -> str:
-    return "s_" + re.sub(r"[^A-Za-z0-9_]", "_", state)
+    return "n_" + re.sub(r"[^A-Za-z0-9_]", "_", state)
 
 
 def _label(text: str) -> str:
     return text.replace('"', "'")
 
 
-def mermaid(definition: CompiledSaga, current_state: str | None = None) -> str:
-    """Mermaid ``stateDiagram-v2`` text; ``current_state`` (a state name) is highlighted."""
-    if current_state is not None and current_state not in definition.states:
-        raise ValueError(f"{current_state!r} is not a state of {definition.name} "
-                         f"v{definition.version}")
+def mermaid(definition: CompiledSaga, current: str | Iterable[str] | None = None) -> str:
+    """Mermaid ``stateDiagram-v2`` of the node tree: sequences as chains, parallel groups,
+    races and for-each as composites with a region per branch, then confirm and the ends.
+    ``current`` (machine state names such as ``reserve.trying``) is highlighted."""
+    wanted = [current] if isinstance(current, str) else list(current or ())
+    for state in wanted:
+        if state not in definition.states:
+            raise ValueError(f"{state!r} is not a state of {definition.name} "
+                             f"v{definition.version}")
     lines = ["stateDiagram-v2", f"    %% {definition.name} v{definition.version}"]
-    for state in definition.states:
-        lines.append(f'    state "{_label(state)}" as {_node_id(state)}')
-    lines.append(f"    [*] --> {_node_id('start')}")
-    for t in definition.transitions:
-        lines.append(f"    {_node_id(t.source)} --> {_node_id(t.target)}: {_label(t.label)}")
-    for state in definition.states:
-        if state in _TERMINAL:
-            lines.append(f"    {_node_id(state)} --> [*]")
+    first, last = _chain(lines, definition.root.children, "    ")
+    lines.append(f"    [*] --> {first}")
+    tcc = any(s.kind is StepKind.TCC for s in definition.steps)
+    done = _node_id("confirming") if tcc else _node_id("completed")
+    lines.append(f"    {last} --> {done}: all succeeded")
+    if tcc:
+        lines.append(f'    state "confirming (every tried TCC step)" as {_node_id("confirming")}')
+        lines.append(f"    {_node_id('confirming')} --> {_node_id('completed')}: all confirmed")
+        lines.append(f"    {_node_id('confirming')} --> {_node_id('dead')}: a confirm gave up")
+    rollback = _node_id("compensating")
+    lines.append(f'    state "rolling back (reverse order of completion)" as {rollback}')
+    for node in definition.root.children:
+        lines.append(f"    {_node_id(node.name)} --> {rollback}: failed for good")
+    lines.append(f"    {rollback} --> {_node_id('compensated')}: all undone")
+    lines.append(f"    {rollback} --> {_node_id('cancelled')}: all undone [operator cancel]")
+    lines.append(f"    {rollback} --> {_node_id('dead')}: an undo gave up")
+    for end in ("completed", "compensated"):
+        lines.append(f"    {_node_id('dead')} --> {_node_id(end)}: operator resolve")
+    lines.append(f"    {_node_id('dead')} --> {rollback}: operator retry / skip / compensate")
+    for end in ("completed", "compensated", "cancelled"):
+        lines.append(f"    {_node_id(end)} --> [*]")
     lines.append("    classDef dead fill:#f8d7da,stroke:#b02a37")
     lines.append("    classDef current fill:#fff3cd,stroke:#d39e00,stroke-width:3px")
     lines.append(f"    class {_node_id('dead')} dead")
-    if current_state is not None:
-        lines.append(f"    class {_node_id(current_state)} current")
+    marked = sorted({_node_id(state.split(".")[0]) for state in wanted})
+    if marked:
+        lines.append(f"    class {','.join(marked)} current")
     return "\n".join(lines) + "\n"
+
+
+def _chain(lines: list[str], nodes: Sequence[CompiledNode], pad: str) -> tuple[str, str]:
+    """Draw ``nodes`` one after the other; returns the ids of the first and the last."""
+    ids = [_draw(lines, node, pad) for node in nodes]
+    for a, b in itertools.pairwise(ids):
+        lines.append(f"{pad}{a} --> {b}")
+    return ids[0], ids[-1]
+
+
+def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
+    nid = _node_id(node.name)
+    if isinstance(node, CompiledStep):
+        undo = "cancel" if node.kind is StepKind.TCC else (
+            "compensate" if node.reversible else "cannot be undone")
+        lines.append(f'{pad}state "{_label(node.name)} ({node.kind.value}: '
+                     f'{node.participant}.{node.action}; {undo})" as {nid}')
+        return nid
+    title = f"{_KIND_LABEL[node.kind.value]} {node.name}"
+    if node.kind is GroupKind.FOREACH:
+        title += f" (at most {node.max_concurrency or 'all'} at once, <= {node.max_items})"
+    if node.kind is GroupKind.RACE:
+        title += f" ({node.quorum} of {len(node.children)} win; losers undone)"
+    lines.append(f'{pad}state "{_label(title)}" as {nid} {{')
+    inner = pad + "    "
+    if node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH):
+        body = node.children[0] if node.kind is GroupKind.FOREACH else node
+        assert isinstance(body, CompiledGroup)
+        first, last = _chain(lines, body.children, inner)
+        lines.append(f"{inner}[*] --> {first}")
+        lines.append(f"{inner}{last} --> [*]")
+    elif node.kind is GroupKind.CHOICE:
+        pick = _node_id(node.name + "_choice")
+        lines.append(f"{inner}state {pick} <<choice>>")
+        lines.append(f"{inner}[*] --> {pick}")
+        for guard, branch in zip(node.guards, node.children, strict=True):
+            bid = _draw(lines, branch, inner)
+            lines.append(f"{inner}{pick} --> {bid}: {'otherwise' if guard is None else 'guard'}")
+            lines.append(f"{inner}{bid} --> [*]")
+    else:
+        for index, branch in enumerate(node.children):
+            if index:
+                lines.append(f"{inner}--")
+            bid = _draw(lines, branch, inner)
+            lines.append(f"{inner}[*] --> {bid}")
+            lines.append(f"{inner}{bid} --> [*]")
+    lines.append(f"{pad}}}")
+    return nid
 
 
 def load_saga_class(spec: str) -> type[Saga]:

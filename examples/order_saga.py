@@ -50,6 +50,6 @@ class OrderSaga(Saga):
                 deadline=timedelta(seconds=10)),
         TccStep("reserve_stock", "inventory", "reserve", payload=stock, retry=_QUICK,
                 deadline=timedelta(seconds=10)),
-        SagaStep("create_shipment", "shipping", "ship", compensation="cancel_shipment",
+        SagaStep("create_shipment", "shipping", "ship", compensable=True,
                  payload=shipment, retry=_QUICK, deadline=timedelta(seconds=10)),
     )

@@ -1,12 +1,13 @@
-"""A saga class compiled for the engine: resolved policies and an explicit state machine.
+"""A saga class compiled for the engine: a tree of nodes with resolved policies.
 
-State names: ``start``; for each step ``<key>.<phase>`` with phase ``trying``, ``executing``,
-``cancelling`` or ``compensating``; ``confirming`` (all TCC steps confirm together); and the
-ends ``completed``, ``compensated``, ``cancelled`` and ``dead``.
+The root is a sequence named ``""``; leaves are :class:`CompiledStep`, composites
+:class:`CompiledGroup`. The machine each node kind contributes (its phases and their moves)
+comes from the node modules in ``coordinator.engine.nodes``, the same code that runs them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -15,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from coordinator import flow
 from coordinator.definition import (
-    NO_COMPENSATION,
     Guard,
     Mapper,
     Saga,
@@ -28,12 +29,29 @@ from coordinator.definition import (
 from coordinator.definition_policies import RetryPolicy
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX, Phase, command_topic, reply_topic
 
-__all__ = ["CompiledSaga", "CompiledStep", "StepKind", "Transition", "compile_saga"]
+__all__ = [
+    "CompiledGroup",
+    "CompiledNode",
+    "CompiledSaga",
+    "CompiledStep",
+    "GroupKind",
+    "StepKind",
+    "Transition",
+    "compile_saga",
+]
 
 
 class StepKind(StrEnum):
     TCC = "tcc"
     SAGA = "saga"
+
+
+class GroupKind(StrEnum):
+    SEQUENCE = "sequence"
+    PARALLEL = "parallel"
+    FOREACH = "foreach"
+    RACE = "race"
+    CHOICE = "choice"
 
 
 @dataclass(frozen=True)
@@ -44,8 +62,8 @@ class CompiledStep:
     kind: StepKind
     participant: str
     action: str
-    #: Compensation action of a saga step; ``None`` for TCC steps and irreversible steps.
-    compensation: str | None
+    #: A saga step whose participant compensates its action (TCC steps always cancel).
+    compensable: bool
     payload: Mapper | None
     rollback_payload: Mapper | None
     when: Guard | None
@@ -66,7 +84,7 @@ class CompiledStep:
 
     @property
     def reversible(self) -> bool:
-        return self.kind is StepKind.TCC or self.compensation is not None
+        return self.kind is StepKind.TCC or self.compensable
 
     def policy(self, phase: Phase) -> RetryPolicy:
         if phase.is_forward:
@@ -76,23 +94,12 @@ class CompiledStep:
     def deadline_for(self, phase: Phase) -> timedelta:
         return self.deadline if phase.is_forward else self.rollback_deadline
 
-    def action_for(self, phase: Phase) -> str:
-        """The envelope's ``action``: always the step's action, whatever the phase.
-
-        Participants route on ``(action, phase)`` (``participant_sdk.handlers``), so a
-        compensation is ``phase=compensate`` of the same action; the ``compensation`` name
-        documents the undo (JSON export, diagrams) and declares the step reversible.
-        """
-        del phase
-        return self.action
-
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind.value,
             "participant": self.participant,
             "action": self.action,
-            "compensation": self.compensation,
             "reversible": self.reversible,
             "guarded": self.when is not None,
             "retry": self.retry.model_dump(mode="json"),
@@ -104,6 +111,39 @@ class CompiledStep:
             "rollback_deadline_s": self.rollback_deadline.total_seconds(),
             "description": self.description,
         }
+
+
+@dataclass(frozen=True)
+class CompiledGroup:
+    """A composite node: children run by the node module of ``kind``."""
+
+    name: str
+    kind: GroupKind
+    children: tuple[CompiledNode, ...]
+    #: for-each: the item list mapper, the bounds.
+    items: Callable[[Any], Any] | None = None
+    max_concurrency: int | None = None
+    max_items: int = 0
+    #: race: how many branches must succeed.
+    quorum: int = 1
+    #: choice: one guard per child; ``None`` marks the ``otherwise`` branch.
+    guards: tuple[Guard | None, ...] = ()
+    description: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind.value,
+                               "description": self.description}
+        if self.kind is GroupKind.FOREACH:
+            out.update(max_concurrency=self.max_concurrency, max_items=self.max_items)
+        if self.kind is GroupKind.RACE:
+            out["quorum"] = self.quorum
+        if self.kind is GroupKind.CHOICE:
+            out["otherwise"] = bool(self.guards) and self.guards[-1] is None
+        out["children"] = [c.to_json() for c in self.children]
+        return out
+
+
+CompiledNode = CompiledStep | CompiledGroup
 
 
 @dataclass(frozen=True)
@@ -120,7 +160,9 @@ class CompiledSaga:
     name: str
     version: int
     input_model: type[BaseModel]
+    #: Every leaf step, in preorder.
     steps: tuple[CompiledStep, ...]
+    root: CompiledGroup
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     saga_class: type[Saga] | None = None
     states: tuple[str, ...] = field(default=())
@@ -134,16 +176,27 @@ class CompiledSaga:
         return command_topic(step.participant, self.topic_prefix)
 
     @cached_property
-    def _by_name(self) -> dict[str, CompiledStep]:
-        return {s.name: s for s in self.steps}
+    def _by_name(self) -> dict[str, CompiledNode]:
+        return {n.name: n for n in walk(self.root)}
 
     @cached_property
     def order(self) -> dict[str, int]:
-        """Position of each step in the declaration."""
-        return {s.name: i for i, s in enumerate(self.steps)}
+        """Preorder position of each node in the declaration."""
+        return {n.name: i for i, n in enumerate(walk(self.root))}
+
+    @cached_property
+    def parents(self) -> dict[str, str]:
+        """Name of each node's enclosing group (the root's children: ``""``)."""
+        return {c.name: g.name for g in walk(self.root) if isinstance(g, CompiledGroup)
+                for c in g.children}
+
+    def node(self, name: str) -> CompiledNode:
+        return self._by_name[name]
 
     def step(self, name: str) -> CompiledStep:
-        return self._by_name[name]
+        node = self._by_name[name]
+        assert isinstance(node, CompiledStep), name
+        return node
 
     def to_json(self) -> dict[str, Any]:
         """The definition and its state machine, JSON-ready."""
@@ -153,6 +206,7 @@ class CompiledSaga:
             "topic_prefix": self.topic_prefix,
             "input_schema": self.input_model.model_json_schema(),
             "steps": [s.to_json() for s in self.steps],
+            "nodes": self.root.to_json()["children"],
             "states": list(self.states),
             "initial": "start",
             "terminal": ["completed", "compensated", "cancelled"],
@@ -166,15 +220,17 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
                  strict_participants: set[str] | frozenset[str] | None = None) -> CompiledSaga:
     """Validate ``cls`` (again, with the registry's participants) and compile it."""
     validate_saga_class(cls, strict_participants)
-    steps = tuple(_compile_step(s) for s in cls.steps)
-    from coordinator.engine.machine import build_machine  # machine needs CompiledStep
+    root = CompiledGroup(name="", kind=GroupKind.SEQUENCE,
+                         children=tuple(_compile_node(n) for n in cls.steps))
+    from coordinator.engine.machine import build_machine  # machine needs the node modules
 
-    states, transitions = build_machine(steps)
+    states, transitions = build_machine(root)
     return CompiledSaga(
         name=cls.name,
         version=cls.version,
         input_model=cls.input_model,
-        steps=steps,
+        steps=tuple(n for n in walk(root) if isinstance(n, CompiledStep)),
+        root=root,
         topic_prefix=topic_prefix,
         saga_class=cls,
         states=states,
@@ -182,22 +238,68 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
     )
 
 
+def walk(node: CompiledNode) -> Iterator[CompiledNode]:
+    """``node`` and every node below it, in preorder (declaration order)."""
+    yield node
+    if isinstance(node, CompiledGroup):
+        for child in node.children:
+            yield from walk(child)
+
+
+def _compile_node(spec: Any) -> CompiledNode:
+    if isinstance(spec, TccStep | SagaStep):
+        return _compile_step(spec)
+    if isinstance(spec, flow.Sequence):
+        return _group(spec.name, GroupKind.SEQUENCE, spec.steps, spec.description)
+    if isinstance(spec, flow.Parallel | flow.Race):
+        kind = GroupKind.PARALLEL if isinstance(spec, flow.Parallel) else GroupKind.RACE
+        branches = tuple(_branch(f"{spec.name}.{i}", b) for i, b in enumerate(spec.branches))
+        quorum = spec.quorum if isinstance(spec, flow.Race) else 1
+        return CompiledGroup(name=spec.name, kind=kind, children=branches, quorum=quorum,
+                             description=spec.description)
+    if isinstance(spec, flow.ForEach):
+        body = _group(f"{spec.name}[]", GroupKind.SEQUENCE, spec.body, "")
+        return CompiledGroup(name=spec.name, kind=GroupKind.FOREACH, children=(body,),
+                             items=spec.items, max_concurrency=spec.max_concurrency,
+                             max_items=spec.max_items, description=spec.description)
+    assert isinstance(spec, flow.Choice)
+    pairs: list[tuple[Guard | None, Any]] = list(spec.branches)
+    if spec.otherwise is not None:
+        pairs.append((None, spec.otherwise))
+    return CompiledGroup(
+        name=spec.name, kind=GroupKind.CHOICE,
+        children=tuple(_branch(f"{spec.name}.{i}", b) for i, (_, b) in enumerate(pairs)),
+        guards=tuple(g for g, _ in pairs), description=spec.description)
+
+
+def _group(name: str, kind: GroupKind, nodes: Any, description: str) -> CompiledGroup:
+    return CompiledGroup(name=name, kind=kind, description=description,
+                         children=tuple(_compile_node(n) for n in flow.branch_nodes(nodes)))
+
+
+def _branch(name: str, branch: Any) -> CompiledNode:
+    """A branch of one node is that node; a tuple of nodes becomes a sequence ``name``."""
+    nodes = flow.branch_nodes(branch)
+    if len(nodes) == 1:
+        return _compile_node(nodes[0])
+    return _group(name, GroupKind.SEQUENCE, nodes, "")
+
+
 def _compile_step(spec: TccStep | SagaStep) -> CompiledStep:
     if isinstance(spec, TccStep):
         return CompiledStep(
             name=spec.name, kind=StepKind.TCC, participant=spec.participant,
-            action=spec.action, compensation=None, payload=spec.payload,
+            action=spec.action, compensable=True, payload=spec.payload,
             rollback_payload=spec.finish_payload, when=spec.when,
             retry=resolve_policy(spec.retry), finish_retry=resolve_policy(spec.confirm_retry),
             rollback_retry=resolve_policy(spec.cancel_retry), deadline=spec.deadline,
             rollback_deadline=spec.rollback_deadline, description=spec.description,
         )
-    comp = spec.compensation if isinstance(spec.compensation, str) else None
-    assert comp is not None or spec.irreversible or spec.compensation is NO_COMPENSATION
     policy = resolve_policy(spec.compensation_retry)
     return CompiledStep(
         name=spec.name, kind=StepKind.SAGA, participant=spec.participant, action=spec.action,
-        compensation=comp, payload=spec.payload, rollback_payload=spec.compensation_payload,
+        compensable=spec.reversible, payload=spec.payload,
+        rollback_payload=spec.compensation_payload,
         when=spec.when, retry=resolve_policy(spec.retry), finish_retry=policy,
         rollback_retry=policy, deadline=spec.deadline,
         rollback_deadline=spec.rollback_deadline, description=spec.description,

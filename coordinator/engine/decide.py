@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from coordinator.engine.compiled import CompiledSaga
+from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledSaga, GroupKind
 from coordinator.engine.decision import (
     Decision,
     HistoryEntry,
@@ -85,7 +85,8 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> Sag
     except ValidationError as exc:
         raise InvalidInput(f"invalid input for {definition.name} v{definition.version}: "
                            f"{exc}") from exc
-    steps = {s.name: StepState(key=s.name, node=s.name) for s in definition.steps}
+    steps = {key: StepState(key=key, node=key, parent=parent or None)
+             for key, parent in static_nodes(definition)}
     return SagaState(
         saga_id=event.saga_id,
         saga_type=definition.name,
@@ -97,6 +98,22 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> Sag
         started_at=now,
         updated_at=now,
     )
+
+
+def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
+    """(key, parent key) of every node outside for-each bodies: they exist from the start,
+    pending, so a new saga shows its whole static tree."""
+    out: list[tuple[str, str]] = []
+
+    def visit(node: CompiledNode, parent: str) -> None:
+        if node.name:
+            out.append((node.name, parent))
+        if isinstance(node, CompiledGroup) and node.kind is not GroupKind.FOREACH:
+            for child in node.children:
+                visit(child, node.name)
+
+    visit(definition.root, "")
+    return out
 
 
 def _decision(work: Work, event: Event) -> Decision:
@@ -111,6 +128,7 @@ def _decision(work: Work, event: Event) -> Decision:
         timers=work.timers,
         cancel_timers=work.cancel_timers,
         ignored=None,
+        moves=work.moves,
     )
 
 

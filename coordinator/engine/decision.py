@@ -101,3 +101,6 @@ class Decision(BaseModel):
     cancel_timers: list[str] = Field(default_factory=list)
     #: Why the event changed nothing (duplicate or stale reply, stale timer), else ``None``.
     ignored: str | None = None
+    #: Every phase change (key, node, from, to) and status change ("", "", from, to) made,
+    #: in order. Not stored: tests check each against the exported machine.
+    moves: list[tuple[str, str, str, str]] = Field(default_factory=list)

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator.engine.decision import InvalidTransition
-from coordinator.engine.driver import drive, send_finish, start_rollback, succeed
+from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
+from coordinator.engine.leaf import send_finish, succeed
 from coordinator.engine.state import Stage, Status, StepPhase
 from coordinator.engine.work import ACTIVE_PHASE, Work
 from participant_sdk.protocol import Phase
@@ -19,7 +20,8 @@ from participant_sdk.protocol import Phase
 __all__ = ["on_repair"]
 
 _PHASE_OF = {v: k for k, v in ACTIVE_PHASE.items()}
-_ROLLED_BACK = frozenset({StepPhase.CANCELLED, StepPhase.COMPENSATED, StepPhase.RESOLVED})
+_UNDO_STARTED = frozenset({StepPhase.CANCELLING, StepPhase.CANCELLED, StepPhase.COMPENSATING,
+                           StepPhase.COMPENSATED, StepPhase.RESOLVED})
 
 
 def on_repair(w: Work, event: OperatorRepair) -> None:
@@ -43,27 +45,27 @@ def _dead_step(w: Work, event: OperatorRepair) -> str:
 
 
 def _current_step(w: Work, event: OperatorRepair) -> str:
-    """The step the running saga is working on that the verb is about.
+    """The step in progress that the verb is about: ``event.step``, or the only one.
 
-    Forward and rollback work on one step at a time. While confirming, every TCC step's
-    confirm is in progress at once: ``event.step`` picks one, and the default is the first
-    (declaration order) that waits for a retry, else the first."""
-    state = w.state
-    if state.stage is Stage.ROLLBACK:
-        current = next((k for k in state.rollback_plan
-                        if w.step(k).phase not in _ROLLED_BACK), None)
-        candidates = [current] if current is not None else []
-    else:
-        candidates = [k for k, s in w.ordered() if s.phase.is_active]
-        current = next((k for k in candidates if w.step(k).outstanding is None),
-                       candidates[0] if candidates else None)
-    if current is None:
+    With several steps in progress (parallel branches, for-each items, confirms) a verb
+    without a step is ambiguous: it is refused, listing them."""
+    candidates = w.state.active_steps()
+    if not candidates:
         raise InvalidTransition("no step is in progress")
-    if event.step is not None and event.step not in candidates:
-        raise InvalidTransition(f"step {event.step!r} is not in progress; "
-                                f"{', '.join(repr(k) for k in candidates)} "
-                                f"{'is' if len(candidates) == 1 else 'are'}")
-    return event.step if event.step is not None else current
+    if event.step is not None:
+        if event.step not in candidates:
+            raise InvalidTransition(f"step {event.step!r} is not in progress; in progress: "
+                                    f"{', '.join(candidates)}")
+        return event.step
+    if len(candidates) > 1:
+        raise InvalidTransition(f"{len(candidates)} steps are in progress "
+                                f"({', '.join(candidates)}): name the step")
+    return candidates[0]
+
+
+def _resumed(w: Work) -> Status:
+    """The status a dead saga goes back to: running forward or confirming, or compensating."""
+    return Status.COMPENSATING if w.state.stage is Stage.ROLLBACK else Status.RUNNING
 
 
 def _redrive(w: Work, key: str, phase: Phase, payload: dict[str, Any] | None) -> None:
@@ -102,13 +104,12 @@ def _retry(w: Work, event: OperatorRepair) -> None:
                     and s.retry_timer is None):
                 _redrive(w, other, Phase.CONFIRM, None)
     elif spec.reversible:
-        w.update(status=Status.COMPENSATING, dead_step=None)
+        w.update(status=_resumed(w), dead_step=None)
         _redrive(w, key, spec.rollback_phase, event.payload)
-    elif (step.phase is StepPhase.FAILED and state.rollback_plan[:1] == [key]
-          and state.rollback_outcome is Status.COMPENSATED):
+    elif (step.phase is StepPhase.FAILED and state.cause == key
+          and state.rollback_outcome is Status.COMPENSATED and not _undo_started(w)):
         # Its effect is unknown and nothing was rolled back yet: drive it forward again.
-        w.update(status=Status.RUNNING, stage=Stage.FORWARD, dead_step=None, reason=None,
-                 rollback_plan=[], rollback_outcome=None)
+        _back_to_forward(w, key)
         _redrive(w, key, spec.forward_phase, event.payload)
     else:
         raise InvalidTransition(
@@ -116,20 +117,41 @@ def _retry(w: Work, event: OperatorRepair) -> None:
             "hand), compensate (leave it as is) or resolve")
 
 
+def _undo_started(w: Work) -> bool:
+    return bool(w.state.undoing) or any(s.phase in _UNDO_STARTED for s in w.steps.values())
+
+
+def _back_to_forward(w: Work, key: str) -> None:
+    """Undo the rollback's start: the failed step's enclosing nodes run again and the steps
+    that rollback abandoned go back to pending (their next try is a duplicate at worst)."""
+    for other, s in w.ordered():
+        if s.abandoned and s.phase is StepPhase.FAILED:
+            w.update_step(other, phase=StepPhase.PENDING, abandoned=False, finished_at=None)
+    parent = w.step(key).parent
+    while parent is not None:
+        if w.step(parent).phase is StepPhase.FAILED:
+            w.update_step(parent, phase=StepPhase.RUNNING, finished_at=None)
+        parent = w.step(parent).parent
+    w.update(status=Status.RUNNING, stage=Stage.FORWARD, dead_step=None, reason=None,
+             cause=None, rollback_outcome=None)
+
+
 def _skip(w: Work, event: OperatorRepair) -> None:
+    """Treat the step's current phase as done by hand: a forward phase as succeeded (with
+    ``event.result``), a confirm as confirmed, an undo as resolved."""
     state = w.state
     if state.status is Status.DEAD:
         key = _dead_step(w, event)
-        w.update(dead_step=None,
-                 status=Status.RUNNING if state.stage is Stage.CONFIRM else Status.COMPENSATING)
+        w.update(dead_step=None, status=_resumed(w))
     else:
         key = _current_step(w, event)
+    phase = w.step(key).phase
     w.abandon(key)
     note = f"skipped by {event.actor}: {event.reason}"
-    if state.stage is Stage.FORWARD:
+    if phase in (StepPhase.TRYING, StepPhase.EXECUTING) and state.stage is Stage.FORWARD:
         succeed(w, key, w.spec(key).forward_phase, event.result)
         w.update_step(key, note=note)
-    elif state.stage is Stage.CONFIRM:
+    elif phase is StepPhase.CONFIRMING:
         w.update_step(key, phase=StepPhase.CONFIRMED, finished_at=w.now, note=note,
                       result=event.result if event.result is not None else w.step(key).result)
     else:
@@ -149,6 +171,8 @@ def _compensate(w: Work, event: OperatorRepair) -> None:
         return
     key = _dead_step(w, event)
     spec = w.spec(key)
+    if state.stage is Stage.FORWARD:  # dead while undoing a race's loser: roll back all
+        start_rollback(w, reason, Status.COMPENSATED)
     w.update(status=Status.COMPENSATING, dead_step=None, reason=reason)
     if spec.reversible:
         _redrive(w, key, spec.rollback_phase, event.payload)
@@ -182,6 +206,7 @@ def _resolve(w: Work, event: OperatorRepair) -> None:
             w.abandon(key)
             w.note(f"{key}: {step.phase.value} abandoned by resolve")
     w.update(
+        undoing=[],
         status=Status(wanted),
         stage=Stage.DONE,
         finished_at=w.now,

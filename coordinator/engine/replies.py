@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.engine.driver import drive, fail, send_finish, succeed
+from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
+from coordinator.engine.leaf import fail, send_finish, succeed
 from coordinator.engine.work import Work
 from participant_sdk.protocol import ErrorKind, Outcome
 

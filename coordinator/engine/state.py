@@ -1,9 +1,9 @@
 """The state of one saga: a frozen snapshot that the pure core folds events into.
 
-``SagaState.steps`` is an ordered mapping from a stable *step key* to that node's state. Today
-a key is a step name (``"ship"``); fan-out will add indexed keys (``"ship[3]"``) and nested ones
-(``"charge_all[2].charge"``) whose ``parent`` names the group node, so new node kinds slot in
-without changing the shape of the snapshot.
+``SagaState.steps`` is a flat mapping from a stable *node key* to that node's state: a step or
+composite's name (``"ship"``, ``"lines"``), a for-each item (``"lines[3]"``) or a node inside
+one (``"lines[3].reserve"``). ``parent`` names the enclosing node's key. A node has a state
+only once it was entered; the active configuration is the set of keys in an active phase.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ class Status(StrEnum):
 
 
 class Stage(StrEnum):
-    """Which walk over the steps the saga is on."""
+    """Which walk over the tree the saga is on."""
 
-    FORWARD = "forward"  # trying / executing steps in order
-    CONFIRM = "confirm"  # every forward step succeeded: confirming all TCC steps at once
-    ROLLBACK = "rollback"  # cancelling / compensating in reverse order of completion
+    FORWARD = "forward"  # running the tree: trying / executing steps as their nodes allow
+    CONFIRM = "confirm"  # the whole tree succeeded: confirming all tried TCC steps at once
+    ROLLBACK = "rollback"  # undoing, in reverse order of completion along each path
     DONE = "done"
 
 
@@ -62,7 +62,9 @@ class StepPhase(StrEnum):
     """Where one step (node) stands. Also the suffix of machine state names."""
 
     PENDING = "pending"
-    SKIPPED = "skipped"  # its guard said no
+    SKIPPED = "skipped"  # its guard said no (or a choice took no branch)
+    #: A composite node whose children are running.
+    RUNNING = "running"
     TRYING = "trying"
     TRIED = "tried"
     CONFIRMING = "confirming"
@@ -142,13 +144,21 @@ class StepState(BaseModel):
     sent: bool = False
     #: A forward attempt got no reply before its deadline: its effect is unknown.
     uncertain: bool = False
+    #: Left in flight when rollback (or a race's decision) abandoned it.
+    abandoned: bool = False
+    #: A for-each item's value.
+    item: Any = None
+    #: A for-each's number of items; a choice's branch taken (-1: none).
+    count: int | None = None
+    #: A race's winning branch keys, in the order they won.
+    winners: list[str] | None = None
     #: Forward payload, built by the step's mapper (or replaced by an operator retry).
     payload: dict[str, Any] | None = None
     #: Operator-supplied payload for the current confirm/cancel/compensate phase.
     payload_override: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     last_error: ErrorRecord | None = None
-    #: Position in the order in which forward phases succeeded (rollback walks it backwards).
+    #: Position in the order in which nodes succeeded (rollback walks it backwards).
     completed_seq: int | None = None
     started_at: datetime | None = None
     phase_changed_at: datetime | None = None
@@ -178,8 +188,10 @@ class SagaState(BaseModel):
     #: Why the saga is rolling back, dead, cancelled or resolved.
     reason: str | None = None
     trace_context: dict[str, str] = Field(default_factory=dict)
-    #: Step keys in the order rollback visits them (fixed when rollback starts).
-    rollback_plan: list[str] = Field(default_factory=list)
+    #: The step whose failure started the rollback, if a step's did.
+    cause: str | None = None
+    #: Branches being undone while the saga goes on (a race's losers and failed branches).
+    undoing: list[str] = Field(default_factory=list)
     #: Status the saga gets once its rollback is done: compensated, or cancelled by an operator.
     rollback_outcome: Status | None = None
     #: The step that made the saga dead, if it is dead.
@@ -208,18 +220,24 @@ class SagaState(BaseModel):
         done = {StepPhase.TRIED, StepPhase.CONFIRMED, StepPhase.SUCCEEDED}
         return {k: s.result for k, s in self.steps.items() if s.phase in done}
 
-    def machine_state(self) -> str:
-        """Name of the compiled state machine's state the saga is in (for diagrams)."""
+    def active_steps(self) -> list[str]:
+        """Keys of the steps with a command in flight or a retry pending, sorted."""
+        return sorted(k for k, s in self.steps.items() if s.phase.is_active)
+
+    def machine_states(self) -> list[str]:
+        """The machine states the saga is in: one per active step (``lines[2].reserve`` is
+        drawn as its node ``reserve``), or the saga's own state when none is active."""
         if self.status is Status.DEAD:
-            return "dead"
+            return ["dead"]
         if self.status.is_terminal:
-            return self.status.value
-        if self.stage is Stage.CONFIRM:
-            return "confirming"  # every TCC step's confirm at once: one machine state
-        for step in self.steps.values():
-            if step.phase.is_active:
-                return f"{step.key}.{step.phase.value}"
-        return "start" if self.stage is Stage.FORWARD else self.stage.value
+            return [self.status.value]
+        states = sorted({f"{self.steps[k].node}.{self.steps[k].phase.value}"
+                         for k in self.active_steps()})
+        return states or ["start" if self.stage is Stage.FORWARD else self.stage.value]
+
+    def machine_state(self) -> str:
+        """The first of :meth:`machine_states` (one name, for callers that show one)."""
+        return self.machine_states()[0]
 
 
 # -- copies and construction of already-valid data, without pydantic's validation ------------

@@ -6,7 +6,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from coordinator.definition import StepContext
 from coordinator.engine.compiled import CompiledSaga, CompiledStep
 from coordinator.engine.decision import OutgoingCommand, TimerRequest
 from coordinator.engine.events import TimerKind
@@ -25,10 +24,6 @@ ACTIVE_PHASE = {
     Phase.CANCEL: StepPhase.CANCELLING,
     Phase.COMPENSATE: StepPhase.COMPENSATING,
 }
-
-#: Phases whose step has a result the mappers see (as ``SagaState.results``).
-_RESULT_PHASES = frozenset({StepPhase.TRIED, StepPhase.CONFIRMED, StepPhase.SUCCEEDED})
-
 
 def message_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int) -> uuid.UUID:
     """The command id of one attempt: the same inputs always give the same id."""
@@ -55,6 +50,11 @@ class Work:
         self.notes: list[str] = []
         #: The steps mapping this decision built (safe to edit in place), if any.
         self._own_steps: dict[str, StepState] | None = None
+        #: Every phase and status change made, as (key or "", node or "", from, to); the
+        #: machine test checks each against the exported edges.
+        self.moves: list[tuple[str, str, str, str]] = []
+        #: Why the latest forward failure happened, and where (the rollback's reason).
+        self.failure: tuple[str, str] | None = None
 
     # -- state edits -------------------------------------------------------------------------
 
@@ -99,32 +99,54 @@ class Work:
         return self.definition.step(self._steps()[key].node)
 
     def update(self, **changes: Any) -> None:
+        status = changes.get("status")
+        if status is not None and status != self.get("status"):
+            self.moves.append(("", "", self.get("status").value, status.value))
         self._pending.update(changes)
+
+    def create(self, key: str, node: str, parent: str | None, **fields: Any) -> StepState:
+        """The first state of a node instance entered now (``pending`` unless given)."""
+        state = StepState(key=key, node=node, parent=parent)
+        self._own(key, state)
+        if fields:
+            self.update_step(key, **fields)
+        return self.step(key)
+
+    def _own(self, key: str, state: StepState) -> None:
+        steps = self._steps()
+        if self._own_steps is not steps:
+            steps = dict(steps)
+            self._own_steps = steps
+        steps[key] = state
+        self._pending["steps"] = steps
+
+    def next_completion(self) -> int:
+        """The next number in the order in which nodes completed."""
+        seq: int = self.get("completions") + 1
+        self.update(completions=seq)
+        return seq
+
+    def failed(self, key: str, reason: str) -> None:
+        """A node failed for good: remembered as the reason should the saga roll back."""
+        self.failure = (key, reason)
+
+    def undo_later(self, key: str) -> None:
+        """Undo the branch at ``key`` while the saga goes on (a race's loser)."""
+        undoing: list[str] = self.get("undoing")
+        if key not in undoing:
+            self.update(undoing=[*undoing, key])
 
     def update_step(self, key: str, **changes: Any) -> None:
         """Replace one step's fields. The steps mapping is copied once per decision: the
         state handed in is never modified, and later edits reuse this decision's copy."""
-        steps = self._steps()
-        old = steps[key]
+        old = self._steps()[key]
         if "phase" in changes and changes["phase"] != old.phase:
             changes.setdefault("phase_changed_at", self.now)
-        if self._own_steps is not steps:
-            steps = dict(steps)
-            self._own_steps = steps
-        steps[key] = replace(old, changes)
-        self._pending["steps"] = steps
+            self.moves.append((key, old.node, old.phase.value, changes["phase"].value))
+        self._own(key, replace(old, changes))
 
     def note(self, text: str) -> None:
         self.notes.append(text)
-
-    def context(self) -> StepContext[Any]:
-        done = _RESULT_PHASES
-        return StepContext(  # a fresh input model per call: a mapper may not see another's
-            saga_id=self._state.saga_id,
-            version=self._state.version,
-            input=self.definition.input_model.model_validate(self._state.input),
-            results={k: s.result for k, s in self._steps().items() if s.phase in done},
-        )
 
     # -- effects -----------------------------------------------------------------------------
 
@@ -141,7 +163,7 @@ class Work:
             phase=phase,
             attempt=attempt,
             participant=spec.participant,
-            action=spec.action_for(phase),
+            action=spec.action,  # every phase carries the step's own action
             payload=payload,
             reply_to=self.definition.reply_topic,
         )

@@ -71,10 +71,10 @@ class ShipOrder(Saga):
     version = 1
     input_model = OrderInput
     steps = (
-        SagaStep("charge", participant="payments", action="charge", compensation="refund",
+        SagaStep("charge", participant="payments", action="charge", compensable=True,
                  retry=FAST, compensation_retry=FAST_ROLLBACK, deadline=DEADLINE,
                  rollback_deadline=DEADLINE),
-        SagaStep("ship", participant="shipping", action="ship", compensation="unship",
+        SagaStep("ship", participant="shipping", action="ship", compensable=True,
                  retry=FAST, compensation_retry=FAST_ROLLBACK, deadline=DEADLINE,
                  rollback_deadline=DEADLINE),
     )

@@ -25,8 +25,8 @@ ENGINE = {
     "advance", "compile_saga", "event_from_json", "message_id", "replay", "timer_id",
 }
 DEFINITION = {
-    "DEFAULT_DEADLINE", "DEFAULT_RETRY", "DEFAULT_ROLLBACK_RETRY", "NO_COMPENSATION",
-    "DefinitionError", "Guard", "Mapper", "NoCompensation", "PolicyLike", "RetryPolicy", "Saga",
+    "DEFAULT_DEADLINE", "DEFAULT_RETRY", "DEFAULT_ROLLBACK_RETRY",
+    "DefinitionError", "Guard", "Mapper", "PolicyLike", "RetryPolicy", "Saga",
     "SagaStep", "StepContext", "StepSpec", "TccStep", "resolve_policy", "validate_saga_class",
 }
 

@@ -9,7 +9,6 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from coordinator.definition import (
-    NO_COMPENSATION,
     DefinitionError,
     RetryPolicy,
     Saga,
@@ -35,24 +34,22 @@ def make(name: str = "s", version: int = 1, steps: Any = None, **attrs: Any) -> 
 
 
 def test_valid_class_is_accepted() -> None:
-    cls = make(steps=(TccStep("a", "pa", "r"), SagaStep("b", "pb", "do", compensation="undo"),
-                      SagaStep("c", "pc", "do", compensation=NO_COMPENSATION),
-                      SagaStep("d", "pd", "do", irreversible=True)))
+    cls = make(steps=(TccStep("a", "pa", "r"), SagaStep("b", "pb", "do", compensable=True),
+                      SagaStep("c", "pc", "do", compensable=False),
+                      SagaStep("d", "pd", "do", compensable=False)))
     assert [s.name for s in cls.steps] == ["a", "b", "c", "d"]
 
 
 def test_duplicate_step_names_are_named_in_the_error() -> None:
-    with pytest.raises(DefinitionError, match=r"Demo\.a: duplicate step name 'a'"):
+    with pytest.raises(DefinitionError, match=r"Demo\.a: duplicate node name 'a'"):
         make(steps=(TccStep("a", "p", "r"), TccStep("a", "q", "r")))
 
 
-def test_compensation_none_is_an_error_but_no_compensation_is_allowed() -> None:
-    with pytest.raises(DefinitionError, match=r"Demo\.b: compensation=None is ambiguous"):
-        make(steps=(SagaStep("b", "p", "do", compensation=None),))
-    with pytest.raises(DefinitionError, match=r"Demo\.b: saga step needs a compensation"):
+def test_compensable_must_be_said_explicitly() -> None:
+    with pytest.raises(DefinitionError, match=r"Demo\.b: saga step must say compensable=True"):
         make(steps=(SagaStep("b", "p", "do"),))
-    with pytest.raises(DefinitionError, match="contradicts"):
-        make(steps=(SagaStep("b", "p", "do", compensation="undo", irreversible=True),))
+    with pytest.raises(DefinitionError, match=r"Demo\.b: compensable must be True or False"):
+        make(steps=(SagaStep("b", "p", "do", compensable="undo"),))  # type: ignore[arg-type]
 
 
 def test_bad_policies_and_deadlines_name_class_and_step() -> None:
@@ -69,7 +66,7 @@ def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(DefinitionError) as info:
         make(name="bad name", version=0, steps=(SagaStep("x", "p", "do"), TccStep("x", "p", "r")))
     text = str(info.value)
-    for fragment in ("`name`", "`version`", "Demo.x: saga step needs", "duplicate step"):
+    for fragment in ("`name`", "`version`", "Demo.x: saga step must say", "duplicate node"):
         assert fragment in text
 
 
@@ -78,7 +75,7 @@ def test_class_level_problems() -> None:
         make(steps=())
     with pytest.raises(DefinitionError, match="input_model"):
         make(input_model=dict)
-    with pytest.raises(DefinitionError, match=r"steps\[0\]"):
+    with pytest.raises(DefinitionError, match=r"node 0 is"):
         make(steps=("nope",))
 
 

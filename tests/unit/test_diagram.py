@@ -11,18 +11,19 @@ from coordinator.diagram import main_diagram, mermaid
 from coordinator.engine import compile_saga
 from coordinator.engine.simulate import Simulator
 from examples.order_saga import OrderSaga
-from tests.unit.test_engine_fixtures import ORDER_INPUT, Guarded, WithPivot, compiled
+from tests.unit.test_engine_fixtures import ORDER_INPUT, WithPivot, compiled
 
 ORDER = compile_saga(OrderSaga)
 
 
-def test_state_names_follow_the_scheme() -> None:
-    assert ORDER.states == (
-        "start", "reserve_funds.trying", "reserve_stock.trying", "create_shipment.executing",
-        "confirming", "reserve_funds.cancelling", "reserve_stock.cancelling",
-        "create_shipment.compensating",
-        "completed", "compensated", "cancelled", "dead",
-    )
+def test_states_are_each_nodes_phases_plus_the_sagas_own() -> None:
+    states = set(ORDER.states)
+    for name in ("reserve_funds.trying", "reserve_funds.tried", "reserve_funds.confirming",
+                 "reserve_funds.cancelling", "create_shipment.executing",
+                 "create_shipment.compensating", "start", "running", "compensating",
+                 "completed", "compensated", "cancelled", "dead"):
+        assert name in states
+    assert "create_shipment.confirming" not in states  # a saga step has no confirm phase
 
 
 def test_json_export_is_json_and_complete() -> None:
@@ -30,72 +31,50 @@ def test_json_export_is_json_and_complete() -> None:
     assert (data["name"], data["version"], data["initial"]) == ("order", 1, "start")
     assert data["input_schema"]["properties"]["amount_cents"]["type"] == "integer"
     steps = {s["name"]: s for s in data["steps"]}
-    assert steps["create_shipment"]["compensation"] == "cancel_shipment"
+    assert steps["create_shipment"]["reversible"] is True
     assert steps["reserve_funds"]["kind"] == "tcc"
     assert steps["reserve_funds"]["retry"]["max_attempts"] == 5
+    assert [n["name"] for n in data["nodes"]] == ["reserve_funds", "reserve_stock",
+                                                  "create_shipment"]
     edges = {(t["from"], t["to"]) for t in data["transitions"]}
-    assert ("create_shipment.executing", "confirming") in edges
-    assert ("confirming", "completed") in edges and ("confirming", "dead") in edges
-    assert not any(a.endswith(".confirming") or b.endswith(".confirming") for a, b in edges)
-    assert ("create_shipment.compensating", "reserve_stock.cancelling") in edges
-    assert ("reserve_funds.cancelling", "compensated") in edges
+    assert ("reserve_funds.tried", "reserve_funds.confirming") in edges
+    assert ("create_shipment.succeeded", "create_shipment.compensating") in edges
+    assert ("running", "completed") in edges and ("dead", "compensating") in edges
     states = set(data["states"])
     assert all(a in states and b in states for a, b in edges)
 
 
-def test_every_state_is_reachable_from_start() -> None:
-    for definition in (ORDER, compiled(WithPivot), compiled(Guarded)):
-        reach, frontier = {"start"}, ["start"]
-        while frontier:
-            here = frontier.pop()
-            for t in definition.transitions:
-                if t.source == here and t.target not in reach:
-                    reach.add(t.target)
-                    frontier.append(t.target)
-        assert reach == set(definition.states), definition.name
+def test_an_irreversible_step_has_no_undo_edge() -> None:
+    pivot = {(t.source, t.target) for t in compiled(WithPivot).transitions}
+    assert ("pivot.succeeded", "pivot.compensating") not in pivot
+    assert ("pivot.failed", "pivot.executing") in pivot  # operator retry, outcome unknown
+    assert ("c.succeeded", "c.compensating") in pivot
 
 
-def test_guarded_step_is_bypassed_and_pivot_leads_to_dead() -> None:
-    guarded = compiled(Guarded)
-    labels = {(t.source, t.target): t.label for t in guarded.transitions}
-    assert "ship skipped" in labels[("first.executing", "last.trying")]
-    pivot = compiled(WithPivot)
-    assert any(t.source == "c.compensating" and t.target == "dead" and "cannot be undone"
-               in t.label for t in pivot.transitions)
-
-
-def test_mermaid_draws_every_transition_and_highlights_current_state() -> None:
-    text = mermaid(ORDER, current_state="reserve_stock.trying")
+def test_mermaid_draws_the_tree_and_highlights_current_states() -> None:
+    text = mermaid(ORDER, "reserve_stock.trying")
     assert text.startswith("stateDiagram-v2\n")
-    assert 's_reserve_funds_trying --> s_reserve_stock_trying: ok' in text
-    assert "class s_reserve_stock_trying current" in text
-    assert text.count("-->") == len(ORDER.transitions) + 1 + 3  # + [*] start, 3 ends
+    assert "n_reserve_funds --> n_reserve_stock" in text
+    assert "n_create_shipment --> n_confirming: all succeeded" in text
+    assert "class n_reserve_stock current" in text
     with pytest.raises(ValueError, match="not a state"):
-        mermaid(ORDER, current_state="nope")
+        mermaid(ORDER, "nope")
 
 
-def test_running_saga_state_is_a_machine_state() -> None:
+def test_running_saga_states_are_machine_states() -> None:
     sim = Simulator(ORDER)
     sim.start(ORDER_INPUT)
     seen = []
     while not sim.current.status.is_terminal:
-        assert sim.current.machine_state() in ORDER.states
-        seen.append(sim.current.machine_state())
+        assert set(sim.current.machine_states()) <= set(ORDER.states)
+        seen.append(sim.current.machine_states())
         sim.reply_to(next(iter(sim.pending.values())))
-    assert seen == ["reserve_funds.trying", "reserve_stock.trying", "create_shipment.executing",
-                    "confirming", "confirming"]
-    assert sim.current.machine_state() == "completed"
-    mermaid(ORDER, sim.current.machine_state())
-
-
-def test_confirming_is_one_state_for_all_tcc_steps() -> None:
-    labels = {(t.source, t.target): t.label for t in ORDER.transitions}
-    assert labels[("confirming", "completed")] == "all confirmed [reserve_funds, reserve_stock]"
-    assert [t.source for t in ORDER.transitions].count("confirming") == 2
-    guarded = compiled(Guarded)  # the guarded step before the only TCC step may be skipped
-    assert ("first.executing", "last.trying") in {(t.source, t.target)
-                                                  for t in guarded.transitions}
-    assert "confirming" in guarded.states
+    assert seen == [["reserve_funds.trying"], ["reserve_stock.trying"],
+                    ["create_shipment.executing"],
+                    ["reserve_funds.confirming", "reserve_stock.confirming"],
+                    ["reserve_stock.confirming"]]
+    assert sim.current.machine_states() == ["completed"]
+    mermaid(ORDER, sim.current.machine_states())
 
 
 def test_main_diagram_prints_mermaid_or_json() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator.definition import NO_COMPENSATION, RetryPolicy, Saga, SagaStep, TccStep
+from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
 from coordinator.engine import CompiledSaga, compile_saga
 from examples.order_saga import OrderSaga
 
@@ -32,8 +32,8 @@ def _tcc(name: str, participant: str) -> TccStep:
                    cancel_retry=ROLLBACK)
 
 
-def _saga(name: str, participant: str, comp: Any = "undo") -> SagaStep:
-    return SagaStep(name, participant, "do", compensation=comp, retry=FAST,
+def _saga(name: str, participant: str, compensable: bool = True) -> SagaStep:
+    return SagaStep(name, participant, "do", compensable=compensable, retry=FAST,
                     compensation_retry=ROLLBACK)
 
 
@@ -52,7 +52,7 @@ class WithPivot(Saga):
     name = "pivot"
     version = 1
     input_model = Flags
-    steps = (_tcc("a", "pa"), _saga("pivot", "pp", NO_COMPENSATION), _saga("c", "pc"))
+    steps = (_tcc("a", "pa"), _saga("pivot", "pp", False), _saga("c", "pc"))
 
 
 class Guarded(Saga):
@@ -61,7 +61,7 @@ class Guarded(Saga):
     input_model = Flags
     steps = (
         _saga("first", "p1"),
-        SagaStep("ship", "shipping", "create", compensation="cancel", retry=FAST,
+        SagaStep("ship", "shipping", "create", compensable=True, retry=FAST,
                  compensation_retry=ROLLBACK, when=lambda ctx: ctx.input.ship,
                  payload=lambda ctx: {"n": ctx.input.n, "first": ctx.results["first"]}),
         _tcc("last", "p3"),

@@ -156,7 +156,7 @@ def test_resolve_dead_confirm_abandons_confirms_still_in_flight() -> None:
     assert sim.reply_to(sim.last("c")).ignored == "saga finished"
 
 
-def test_retry_while_confirming_picks_the_step_waiting_for_a_retry() -> None:
+def test_retry_while_confirming_needs_the_step_named_when_several_are_in_progress() -> None:
     sim = Simulator(compiled(Mixed))
     sim.start({})
     for _ in range(3):
@@ -164,9 +164,11 @@ def test_retry_while_confirming_picks_the_step_waiting_for_a_retry() -> None:
     sim.reply_to(sim.last("c"), Outcome.FAILED)
     with pytest.raises(InvalidTransition, match="in flight"):
         sim.repair("retry", step="a")
-    with pytest.raises(InvalidTransition, match="'a', 'c' are"):
+    with pytest.raises(InvalidTransition, match="not in progress; in progress: a, c"):
         sim.repair("retry", step="b")
-    sim.repair("retry")
+    with pytest.raises(InvalidTransition, match=r"2 steps are in progress \(a, c\): name"):
+        sim.repair("retry")
+    sim.repair("retry", step="c")
     assert (sim.last().step, sim.last().attempt) == ("c", 2)
 
 

@@ -67,7 +67,8 @@ def test_happy_path_tries_in_order_then_confirms_and_completes() -> None:
     assert [t.timer_id for t in confirms.timers] == [
         f"{sim.saga_id}:reserve_funds:confirm:1:deadline",
         f"{sim.saga_id}:reserve_stock:confirm:1:deadline"]
-    assert sim.current.machine_state() == "confirming"
+    assert sim.current.machine_states() == ["reserve_funds.confirming",
+                                            "reserve_stock.confirming"]
     sim.reply_to(sim.last("reserve_stock"))  # acknowledgements may come in any order
     assert sim.current.status is Status.RUNNING
     assert sim.current.steps["reserve_stock"].phase is StepPhase.CONFIRMED
@@ -358,8 +359,8 @@ class _Boom(Saga):
     version = 1
     input_model = Flags
     steps = (
-        SagaStep("ok", "p1", "do", compensation="undo"),
-        SagaStep("bad", "p2", "do", compensation="undo",
+        SagaStep("ok", "p1", "do", compensable=True),
+        SagaStep("bad", "p2", "do", compensable=True,
                  payload=lambda ctx: {"x": ctx.results["missing"]}),
     )
 
@@ -475,7 +476,8 @@ def test_decisions_built_without_validation_equal_validated_ones() -> None:
     for made in sim.decisions:
         again = Decision(state=made.state, commands=list(made.commands),
                          timers=list(made.timers), cancel_timers=list(made.cancel_timers),
-                         history=[HistoryEntry(**dict(h)) for h in made.history])
+                         history=[HistoryEntry(**dict(h)) for h in made.history],
+                         moves=list(made.moves))
         assert made == again and made.model_dump() == again.model_dump()
         for command in made.commands:
             assert command == OutgoingCommand.model_validate(command.model_dump())

@@ -1,0 +1,16 @@
+"""The node kinds, one module each; :mod:`base` holds what they share."""
+
+from coordinator.engine.nodes import base, choice, foreach, parallel, race, sequence, step
+from coordinator.engine.nodes.base import ROOT, Progress, Scope, forward, undo
+
+base.KINDS.update({
+    "tcc": step.KIND,
+    "saga": step.KIND,
+    "sequence": sequence.KIND,
+    "parallel": parallel.KIND,
+    "foreach": foreach.KIND,
+    "race": race.KIND,
+    "choice": choice.KIND,
+})
+
+__all__ = ["ROOT", "Progress", "Scope", "forward", "undo"]

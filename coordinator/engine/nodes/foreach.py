@@ -1,0 +1,111 @@
+"""For-each: the body once per item of a list computed at run time, at most
+``max_concurrency`` items at a time, results gathered in item order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from coordinator.engine.compiled import CompiledGroup, CompiledNode
+from coordinator.engine.nodes import base
+from coordinator.engine.nodes.base import Kind, Progress, Scope
+from coordinator.engine.state import StepPhase
+
+if TYPE_CHECKING:
+    from coordinator.engine.work import Work
+
+__all__ = ["KIND", "item_key"]
+
+
+def item_key(key: str, index: int) -> str:
+    return f"{key}[{index}]"
+
+
+def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    state = w.steps.get(key)
+    if state is None or state.phase is StepPhase.PENDING:
+        items, problem = _items(w, node, scope)
+        if problem is not None:
+            reason = f"{key}: {problem}"
+            w.create(key, node.name, scope.parent, phase=StepPhase.FAILED, started_at=w.now,
+                     finished_at=w.now, note=reason)
+            w.failed(key, reason)
+            return Progress.FAILED
+        state = w.create(key, node.name, scope.parent, phase=StepPhase.RUNNING,
+                         count=len(items), started_at=w.now)
+        body = node.children[0]
+        for index, value in enumerate(items):  # the items are fixed once, on entry
+            w.create(item_key(key, index), body.name, key, item=value)
+        w.note(f"{key}: {len(items)} item(s)")
+    if state.phase is StepPhase.SUCCEEDED:
+        return Progress.DONE
+    if state.phase is StepPhase.FAILED:
+        return Progress.FAILED
+    body, cap = node.children[0], node.max_concurrency
+    inner = Scope(scope.prefix, key, scope.item, scope.index)
+    active, done = 0, True
+    for index in range(state.count or 0):
+        ik = item_key(key, index)
+        phase = w.step(ik).phase
+        if phase is StepPhase.SUCCEEDED:
+            continue
+        if phase is StepPhase.PENDING and cap is not None and active >= cap:
+            done = False
+            break  # items start in order, as running ones finish
+        progress = base.forward(w, body, ik, inner)
+        if progress is Progress.FAILED:
+            base.finish(w, key, StepPhase.FAILED)
+            return progress
+        if progress is Progress.WAITING:
+            active += 1
+            done = False
+    if not done:
+        return Progress.WAITING
+    base.finish(w, key, StepPhase.SUCCEEDED)
+    return Progress.DONE
+
+
+def _items(w: Work, node: CompiledGroup, scope: Scope) -> tuple[list[Any], str | None]:
+    assert node.items is not None
+    try:
+        raw = node.items(base.context(w, scope))
+    except Exception as exc:
+        return [], f"items mapper raised {type(exc).__name__}: {exc}"
+    if not isinstance(raw, list | tuple):
+        return [], f"items mapper must return a list, got {type(raw).__name__}"
+    if len(raw) > node.max_items:
+        return [], f"{len(raw)} items exceed max_items={node.max_items}"
+    items = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in raw]
+    try:
+        json.dumps(items)
+    except (TypeError, ValueError) as exc:
+        return [], f"items must be JSON values: {exc}"
+    return items, None
+
+
+def children(w: Work, node: CompiledGroup, key: str, scope: Scope
+             ) -> Iterator[tuple[CompiledNode, str, Scope]]:
+    state = w.steps.get(key)
+    inner = Scope(scope.prefix, key, scope.item, scope.index)
+    body = node.children[0]
+    for index in range(state.count or 0 if state is not None else 0):
+        yield body, item_key(key, index), inner
+
+
+def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    return base.undo_concurrent(w, children(w, node, key, scope))
+
+
+def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
+    """Every item's result, in item order."""
+    return [base.result(w, c, k, s) for c, k, s in children(w, node, key, scope)]
+
+
+def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
+    return (*base.COMPOSITE_EDGES, ("pending", "failed", "items mapper failed / too many"))
+
+
+KIND = Kind(forward, undo, result, children, edges)

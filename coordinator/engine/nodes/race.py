@@ -1,0 +1,80 @@
+"""Race: first-of-N, or K-of-N with ``quorum``. Losers are undone at once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from coordinator.engine.compiled import CompiledGroup, CompiledNode
+from coordinator.engine.nodes import base
+from coordinator.engine.nodes.base import Kind, Progress, Scope
+from coordinator.engine.state import StepPhase
+
+if TYPE_CHECKING:
+    from coordinator.engine.work import Work
+
+__all__ = ["KIND"]
+
+
+def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    """Every branch starts at once. A branch that fails is undone right away; once
+    ``quorum`` branches succeeded, the first ``quorum`` to finish win and every other branch
+    is abandoned and undone while the saga goes on (a loser whose reply arrives after the win
+    is undone too: it was in flight, so it counts as possibly applied)."""
+    state = base.enter(w, node, key, scope)
+    if state.phase is StepPhase.SUCCEEDED:
+        return Progress.DONE
+    if state.phase is StepPhase.FAILED:
+        return Progress.FAILED
+    inner = base.inner_scope(w, node, key, scope)
+    done: list[str] = []
+    failed = 0
+    for branch in node.children:
+        bk = inner.key(branch)
+        progress = base.forward(w, branch, bk, inner)
+        if progress is Progress.DONE:
+            done.append(bk)
+        elif progress is Progress.FAILED:
+            failed += 1
+            w.undo_later(bk)
+    need, total = node.quorum, len(node.children)
+    if len(done) >= need:
+        winners = sorted(done, key=lambda bk: w.step(bk).completed_seq or 0)[:need]
+        for branch in node.children:
+            bk = inner.key(branch)
+            if bk not in winners:
+                w.undo_later(bk)
+        w.update_step(key, winners=winners)
+        base.finish(w, key, StepPhase.SUCCEEDED)
+        w.note(f"{key}: won by {', '.join(winners)}")
+        return Progress.DONE
+    if failed > total - need:
+        base.finish(w, key, StepPhase.FAILED)
+        w.failed(key, f"{key}: {failed} of {total} branches failed; {need} had to succeed")
+        return Progress.FAILED
+    return Progress.WAITING
+
+
+def children(w: Work, node: CompiledGroup, key: str, scope: Scope
+             ) -> Iterator[tuple[CompiledNode, str, Scope]]:
+    inner = base.inner_scope(w, node, key, scope)
+    return base.existing(w, ((c, inner.key(c), inner) for c in node.children))
+
+
+def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    return base.undo_concurrent(w, children(w, node, key, scope))
+
+
+def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
+    """The winner's result; with a quorum above one, the winners' results in win order."""
+    winners = (w.step(key).winners or []) if key in w.steps else []
+    by_key = {k: (c, s) for c, k, s in children(w, node, key, scope)}
+    out = [base.result(w, by_key[k][0], k, by_key[k][1]) for k in winners if k in by_key]
+    return out[0] if node.quorum == 1 and out else out
+
+
+def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
+    return base.COMPOSITE_EDGES
+
+
+KIND = Kind(forward, undo, result, children, edges)

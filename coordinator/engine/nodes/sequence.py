@@ -1,0 +1,61 @@
+"""A sequence: children one after the other. The saga body and every for-each item are one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from coordinator.engine.compiled import CompiledGroup, CompiledNode
+from coordinator.engine.nodes import base
+from coordinator.engine.nodes.base import Kind, Progress, Scope
+from coordinator.engine.state import StepPhase
+
+if TYPE_CHECKING:
+    from coordinator.engine.work import Work
+
+__all__ = ["KIND"]
+
+
+def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    if key:  # the root has no state of its own: the saga's status is its phase
+        state = base.enter(w, node, key, scope)
+        if state.phase is StepPhase.SUCCEEDED:
+            return Progress.DONE
+        if state.phase is StepPhase.FAILED:
+            return Progress.FAILED
+    inner = base.inner_scope(w, node, key, scope)
+    for child in node.children:
+        progress = base.forward(w, child, inner.key(child), inner)
+        if progress is Progress.DONE:
+            continue
+        if progress is Progress.FAILED:
+            base.finish(w, key, StepPhase.FAILED)
+        return progress
+    base.finish(w, key, StepPhase.SUCCEEDED)
+    return Progress.DONE
+
+
+def children(w: Work, node: CompiledGroup, key: str, scope: Scope
+             ) -> Iterator[tuple[CompiledNode, str, Scope]]:
+    inner = base.inner_scope(w, node, key, scope)
+    return base.existing(w, ((c, inner.key(c), inner) for c in node.children))
+
+
+def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    return base.undo_serial(w, children(w, node, key, scope))
+
+
+def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
+    """The result of the last child that ran (skipped children have none)."""
+    out = None
+    for child, child_key, child_scope in children(w, node, key, scope):
+        if w.step(child_key).phase is not StepPhase.SKIPPED:
+            out = base.result(w, child, child_key, child_scope)
+    return out
+
+
+def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
+    return base.COMPOSITE_EDGES
+
+
+KIND = Kind(forward, undo, result, children, edges)

@@ -1,0 +1,219 @@
+"""Composite nodes of a saga definition: sequences, parallel groups, for-each, races, choices.
+
+A saga's ``steps`` is a sequence. Each element is a step (:class:`TccStep`, :class:`SagaStep`)
+or one of the composites below; a *branch* is one node or a tuple of nodes (run in order)::
+
+    steps = (
+        TccStep("reserve_funds", "payments", "charge"),
+        ForEach("lines", items=lambda ctx: ctx.input.lines, max_concurrency=4,
+                body=(TccStep("reserve_stock", "inventory", "reserve",
+                              payload=lambda ctx: ctx.item),)),
+        Race("quote", branches=(SagaStep("fast", "carrier_a", "book", compensable=True),
+                                SagaStep("cheap", "carrier_b", "book", compensable=True))),
+    )
+
+Every node name is unique in the whole definition: a node's runtime key is its name, prefixed
+by the for-each item it runs in (``lines[3].reserve_stock``).
+"""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+from dataclasses import KW_ONLY, dataclass
+from typing import Any
+
+from coordinator.definition import Guard, Mapper, SagaStep, StepContext, TccStep
+
+__all__ = [
+    "MAX_DEPTH",
+    "Branch",
+    "Choice",
+    "ForEach",
+    "Node",
+    "Parallel",
+    "Race",
+    "Sequence",
+    "branch_nodes",
+]
+
+#: Nesting limit of composites (keeps step keys short: the wire limits them to 200 chars).
+MAX_DEPTH = 6
+#: Hard ceiling on a for-each's ``max_items`` (larger fan-outs belong in child sagas).
+ITEMS_CEILING = 10_000
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Nodes run one after the other; done when the last is done."""
+
+    name: str
+    steps: tuple[Any, ...]
+    _: KW_ONLY
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Static branches started together; joins when every branch succeeded.
+
+    One branch failing for good fails the node: new work stops, siblings in flight are
+    treated as possibly applied, and the saga rolls back everything that was applied."""
+
+    name: str
+    branches: tuple[Any, ...]
+    _: KW_ONLY
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ForEach:
+    """One branch (``body``, run in order) per item of ``items(ctx)``, in item order.
+
+    ``items`` sees the input and earlier results and returns a list of JSON values; the body's
+    mappers see the item as ``ctx.item`` and its position as ``ctx.index``. At most
+    ``max_concurrency`` items run at once (``None``: all), the next one starting as one
+    finishes. More than ``max_items`` items fail the node. The result is the list of item
+    results (each the result of the body's last step) in item order."""
+
+    name: str
+    items: Mapper | cabc.Callable[[StepContext[Any]], cabc.Sequence[Any]]
+    body: tuple[Any, ...]
+    _: KW_ONLY
+    max_concurrency: int | None = None
+    max_items: int = 100
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Race:
+    """First-of-N (``quorum=1``) or K-of-N: branches start together; the first ``quorum`` to
+    succeed win. Every other branch is undone at once, including a loser whose reply arrives
+    after the win, so no loser's effect stays. Every step in a race must be reversible. The
+    node fails as soon as ``quorum`` successes are out of reach. Result: the winner's result
+    (``quorum=1``) or the winners' results in the order they won."""
+
+    name: str
+    branches: tuple[Any, ...]
+    _: KW_ONLY
+    quorum: int = 1
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """if / elif / else: the first branch whose guard is true runs, else ``otherwise``.
+
+    The branch taken is recorded when the node is entered and never evaluated again."""
+
+    name: str
+    branches: tuple[tuple[Guard, Any], ...]
+    _: KW_ONLY
+    otherwise: Any = None
+    description: str = ""
+
+
+Node = TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice
+#: A branch: one node, or a tuple of nodes run in order.
+Branch = Node | tuple[Node, ...]
+_COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice)
+
+
+def branch_nodes(branch: Any) -> tuple[Any, ...]:
+    """The nodes of a branch given as one node or as a tuple/list of nodes."""
+    if isinstance(branch, list | tuple):
+        return tuple(branch)
+    return (branch,)
+
+
+def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: int,
+                  step_problems: cabc.Callable[[str, Any, set[str]], list[str]],
+                  in_race: bool = False) -> list[str]:
+    """Every problem of ``nodes`` (recursively), each naming class and node."""
+    out: list[str] = []
+    for index, node in enumerate(nodes):
+        if isinstance(node, TccStep | SagaStep):
+            out.extend(step_problems(where, node, seen))
+            seen.add(node.name)
+            if in_race and isinstance(node, SagaStep) and not node.reversible:
+                out.append(f"{where}.{node.name}: a step inside a Race must be reversible "
+                           "(losers are undone)")
+            continue
+        if not isinstance(node, _COMPOSITES):
+            out.append(f"{where}: node {index} is {node!r}, not a step or a composite node")
+            continue
+        at = f"{where}.{node.name}"
+        out.extend(_name_problems(at, node.name, seen))
+        seen.add(node.name)
+        if depth >= MAX_DEPTH:
+            out.append(f"{at}: composites nest deeper than {MAX_DEPTH} levels")
+            continue
+        race = in_race or isinstance(node, Race)
+        for label, branch in _branches(node):
+            kids = branch_nodes(branch)
+            if not kids:
+                out.append(f"{at}: {label} is empty")
+                continue
+            out.extend(node_problems(where, kids, seen, depth + 1, step_problems, race))
+        out.extend(_own_problems(at, node))
+    return out
+
+
+def _name_problems(at: str, name: Any, seen: set[str]) -> list[str]:
+    from coordinator.definition import NAME_PATTERN
+
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        return [f"{at}: node name must be identifier-like (letters, digits, _ and -)"]
+    if name in seen:
+        return [f"{at}: duplicate node name {name!r}"]
+    return []
+
+
+def _branches(node: Any) -> list[tuple[str, Any]]:
+    if isinstance(node, Sequence):
+        return [("steps", node.steps)]
+    if isinstance(node, ForEach):
+        return [("body", node.body)]
+    if isinstance(node, Parallel | Race):
+        if not isinstance(node.branches, list | tuple) or not node.branches:
+            return [("branches", ())]
+        return [(f"branches[{i}]", b) for i, b in enumerate(node.branches)]
+    assert isinstance(node, Choice)
+    out: list[tuple[str, Any]] = []
+    for i, pair in enumerate(node.branches if isinstance(node.branches, list | tuple) else ()):
+        if isinstance(pair, list | tuple) and len(pair) == 2:
+            out.append((f"branches[{i}]", pair[1]))
+    if node.otherwise is not None:
+        out.append(("otherwise", node.otherwise))
+    return out
+
+
+def _own_problems(at: str, node: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(node, ForEach):
+        if not callable(node.items):
+            out.append(f"{at}: items must be callable, got {node.items!r}")
+        mi = node.max_items
+        if not isinstance(mi, int) or isinstance(mi, bool) or not 1 <= mi <= ITEMS_CEILING:
+            out.append(f"{at}: max_items must be an int from 1 to {ITEMS_CEILING}, got {mi!r}")
+        mc = node.max_concurrency
+        if mc is not None and (not isinstance(mc, int) or isinstance(mc, bool) or mc < 1):
+            out.append(f"{at}: max_concurrency must be None or an int >= 1, got {mc!r}")
+    elif isinstance(node, Parallel | Race):
+        if not isinstance(node.branches, list | tuple) or not node.branches:
+            out.append(f"{at}: branches must be a non-empty tuple")
+        if isinstance(node, Race):
+            q, n = node.quorum, len(node.branches) if isinstance(node.branches, tuple) else 0
+            if not isinstance(q, int) or isinstance(q, bool) or not 1 <= q <= max(n, 1):
+                out.append(f"{at}: quorum must be an int from 1 to the number of branches "
+                           f"({n}), got {q!r}")
+    elif isinstance(node, Choice):
+        pairs = node.branches if isinstance(node.branches, list | tuple) else None
+        if not pairs:
+            out.append(f"{at}: branches must be a non-empty tuple of (guard, branch) pairs")
+        for i, pair in enumerate(pairs or ()):
+            if not (isinstance(pair, list | tuple) and len(pair) == 2 and callable(pair[0])):
+                out.append(f"{at}: branches[{i}] must be a (guard, branch) pair with a "
+                           "callable guard")
+    elif isinstance(node, Sequence) and not isinstance(node.steps, list | tuple):
+        out.append(f"{at}: steps must be a tuple of nodes")
+    return out
