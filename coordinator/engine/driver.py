@@ -11,6 +11,7 @@ Branches a race gave up on are undone in the background, whatever the stage.
 from __future__ import annotations
 
 from coordinator.engine.compiled import CompiledStep, StepKind
+from coordinator.engine.decision import EngineError
 from coordinator.engine.leaf import abandon_forward, go_dead, send_finish
 from coordinator.engine.nodes import ROOT, Progress, forward, undo
 from coordinator.engine.nodes.base import scope_of
@@ -21,50 +22,62 @@ from participant_sdk.protocol import Phase
 __all__ = ["drive", "start_rollback"]
 
 
+#: Walks one event may take before the engine calls it a bug (each walk changes the stage
+#: or finishes a background undo, so a legal decision needs a handful).
+_MAX_WALKS = 1_000
+
+
 def drive(w: Work) -> None:
     """Start whatever can start now; stop when everything waits for an event."""
-    root = w.definition.root
-    while w.get("status") in (Status.RUNNING, Status.COMPENSATING):
-        if not _background_undo(w):
+    for _ in range(_MAX_WALKS):
+        if w.get("status") not in (Status.RUNNING, Status.COMPENSATING):
             return
-        stage = w.get("stage")
-        if stage is Stage.FORWARD:
-            progress = forward(w, root, "", ROOT)
-            if progress is Progress.WAITING:
-                return
-            if progress is Progress.DONE:
-                w.update(stage=Stage.CONFIRM)
-            else:
-                key, reason = w.failure or (None, "a node failed for good")
-                start_rollback(w, reason, Status.COMPENSATED, cause=key)
-        elif stage is Stage.CONFIRM:
-            if not _confirm(w):
-                return
-        elif stage is Stage.ROLLBACK:
-            if undo(w, root, "", ROOT) is not Progress.DONE:
-                return
-            outcome = w.get("rollback_outcome") or Status.COMPENSATED
-            w.update(status=outcome, stage=Stage.DONE, finished_at=w.now)
-            w.note(f"saga {outcome.value}")
+        moved = _stage(w)
+        undone = _background_undo(w)
+        if undone is None or not (moved or undone):
+            return
+    raise EngineError(f"saga {w.saga_id}: the tree did not settle in {_MAX_WALKS} walks")
+
+
+def _stage(w: Work) -> bool:
+    """One walk of the current stage; True when the stage changed (walk again)."""
+    stage, root = w.get("stage"), w.definition.root
+    if stage is Stage.FORWARD:
+        progress = forward(w, root, "", ROOT)
+        if progress is Progress.WAITING:
+            return False
+        if progress is Progress.DONE:
+            w.update(stage=Stage.CONFIRM)
         else:
-            return
-
-
-def _background_undo(w: Work) -> bool:
-    """Drive the undo of every branch a race gave up on; False if the saga went dead."""
-    pending = w.get("undoing")
-    if not pending:
+            key, reason = w.failure or (None, "a node failed for good")
+            start_rollback(w, reason, Status.COMPENSATED, cause=key)
         return True
+    if stage is Stage.CONFIRM:
+        return _confirm(w)
+    if stage is Stage.ROLLBACK and undo(w, root, "", ROOT) is Progress.DONE:
+        outcome = w.get("rollback_outcome") or Status.COMPENSATED
+        w.update(status=outcome, stage=Stage.DONE, finished_at=w.now)
+        w.note(f"saga {outcome.value}")
+    return False
+
+
+def _background_undo(w: Work) -> bool | None:
+    """Drive the undo of every branch a race gave up on. True when one finished (the stage
+    may now move on), None when the saga went dead."""
+    pending = w.get("undoing")
+    if not pending or w.get("status") not in (Status.RUNNING, Status.COMPENSATING):
+        return False
     left: list[str] = []
     for key in pending:
         node = w.definition.node(w.step(key).node)
         progress = undo(w, node, key, scope_of(w, key))
         if progress is Progress.FAILED:
-            return False
+            return None
         if progress is Progress.WAITING:
             left.append(key)
-    if left != pending:
-        w.update(undoing=left)
+    if left == pending:
+        return False
+    w.update(undoing=left)
     return True
 
 
@@ -76,10 +89,13 @@ def _confirm(w: Work) -> bool:
     command in flight nor a retry pending) makes the saga dead at that step as soon as the
     saga runs again."""
     waiting = False
+    undoing = set(w.get("undoing"))
     for key, step in w.ordered():
         spec = w.definition.node(step.node)
         if not isinstance(spec, CompiledStep) or spec.kind is not StepKind.TCC:
             continue
+        if undoing and _under(w, key, undoing):
+            continue  # a race gave its branch up: it is being cancelled, never confirmed
         if step.phase is StepPhase.CONFIRMING:
             if step.outstanding is None and step.retry_timer is None:
                 go_dead(w, key, f"{key}: confirm gave up while the saga was dead at another "
@@ -97,6 +113,16 @@ def _confirm(w: Work) -> bool:
         return False
     w.update(status=Status.COMPLETED, stage=Stage.DONE, finished_at=w.now)
     w.note("saga completed")
+    return False
+
+
+def _under(w: Work, key: str, keys: set[str]) -> bool:
+    """``key`` or one of its ancestors is in ``keys``."""
+    current: str | None = key
+    while current is not None:
+        if current in keys:
+            return True
+        current = w.step(current).parent
     return False
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
 from coordinator.engine.leaf import fail, send_finish, succeed
-from coordinator.engine.work import Work
+from coordinator.engine.state import StepPhase
+from coordinator.engine.work import Work, message_id
 from participant_sdk.protocol import ErrorKind, Outcome
 
 __all__ = ["on_reply", "on_timer"]
@@ -21,9 +22,12 @@ def on_reply(w: Work, event: ReplyReceived) -> str | None:
         return f"unknown step {reply.step!r}"
     tag = f"{reply.step} {reply.phase.value} attempt {reply.attempt}"
     sent = step.outstanding
-    if sent is None:
-        return f"no command outstanding for {reply.step}: duplicate or late reply ({tag})"
-    if (reply.phase, reply.attempt) != (sent.phase, sent.attempt):
+    if sent is None or (reply.phase, reply.attempt) != (sent.phase, sent.attempt):
+        if _late_success(w, event):
+            drive(w)
+            return None
+        if sent is None:
+            return f"no command outstanding for {reply.step}: duplicate or late reply ({tag})"
         return (f"stale reply ({tag}); outstanding is {sent.phase.value} "
                 f"attempt {sent.attempt}")
     if reply.in_reply_to != sent.message_id:
@@ -45,6 +49,24 @@ def on_reply(w: Work, event: ReplyReceived) -> str | None:
             fail(w, key, phase, error_kind.value, message, retryable=retryable)
     drive(w)
     return None
+
+
+def _late_success(w: Work, event: ReplyReceived) -> bool:
+    """A forward attempt the engine had given up on (failed reply, deadline, abandoned)
+    reports success after all: its effect exists, so the step is marked as possibly applied
+    and rollback will undo it (or stop at it, if it cannot be undone)."""
+    reply = event.reply
+    step = w.step(reply.step)
+    if (reply.outcome is not Outcome.OK or not reply.phase.is_forward or step.uncertain
+            or step.phase not in (StepPhase.TRYING, StepPhase.EXECUTING, StepPhase.FAILED)
+            or not 1 <= reply.attempt <= step.attempt(reply.phase)
+            or reply.in_reply_to != message_id(w.saga_id, reply.step, reply.phase,
+                                               reply.attempt)):
+        return False
+    w.update_step(reply.step, uncertain=True)
+    w.note(f"{reply.step}: late ok for {reply.phase.value} attempt {reply.attempt}: "
+           "may have applied")
+    return True
 
 
 def on_timer(w: Work, event: TimerFired) -> str | None:

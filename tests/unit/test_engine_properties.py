@@ -152,7 +152,10 @@ def _check_invariants(sim: Simulator, cancelled: bool) -> None:
     done = [s for s in seqs if s is not None]
     assert done == sorted(done, reverse=True), f"undo order {first_undo} seqs {seqs}"
     assert all(s is None for s in seqs[: len(seqs) - len(done)])
-    applied = [d.history[0].event.reply.in_reply_to for d in sim.decisions
+    # One outcome per command is applied once (a late success after a failure is news: the
+    # step may have applied, not a duplicate).
+    applied = [(d.history[0].event.reply.in_reply_to, d.history[0].event.reply.outcome)
+               for d in sim.decisions
                if isinstance(d.history[0].event, ReplyReceived) and d.ignored is None]
     assert len(applied) == len(set(applied)), "a reply was applied twice"
     if state.status is Status.COMPLETED and state.resolution is None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine.compiled import CompiledGroup, CompiledNode
-from coordinator.engine.nodes import base
+from coordinator.engine.nodes import base, step
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
 
@@ -36,14 +36,14 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
             done.append(bk)
         elif progress is Progress.FAILED:
             failed += 1
-            w.undo_later(bk)
+            _give_up(w, branch, bk, inner)
     need, total = node.quorum, len(node.children)
     if len(done) >= need:
         winners = sorted(done, key=lambda bk: w.step(bk).completed_seq or 0)[:need]
         for branch in node.children:
             bk = inner.key(branch)
             if bk not in winners:
-                w.undo_later(bk)
+                _give_up(w, branch, bk, inner)
         w.update_step(key, winners=winners)
         base.finish(w, key, StepPhase.SUCCEEDED)
         w.note(f"{key}: won by {', '.join(winners)}")
@@ -53,6 +53,14 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         w.failed(key, f"{key}: {failed} of {total} branches failed; {need} had to succeed")
         return Progress.FAILED
     return Progress.WAITING
+
+
+def _give_up(w: Work, branch: CompiledNode, key: str, scope: Scope) -> None:
+    """Hand a failed or losing branch to the background undo, while anything under it still
+    needs undoing (a branch already undone is not handed over again)."""
+    if any(step.needs_undo(spec, w.steps.get(k)) for spec, k, _ in
+           base.leaves(w, branch, key, scope)):
+        w.undo_later(key)
 
 
 def children(w: Work, node: CompiledGroup, key: str, scope: Scope

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.engine import leaf
 from coordinator.engine.compiled import CompiledNode, CompiledStep, StepKind
 from coordinator.engine.nodes.base import RESULT_PHASES, Kind, Progress, Scope
-from coordinator.engine.state import StepPhase
+from coordinator.engine.state import StepPhase, StepState
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work
@@ -36,22 +36,31 @@ def forward(w: Work, spec: CompiledStep, key: str, scope: Scope) -> Progress:
     return Progress.FAILED  # failed, or undone as a race's loser
 
 
+def needs_undo(spec: CompiledStep, state: StepState | None) -> bool:
+    """The step applied, may have applied, or is being undone."""
+    if state is None or state.phase in _UNDONE:
+        return False
+    if state.phase in _UNDOING or state.phase in _IN_FLIGHT:
+        return state.phase in _UNDOING or state.sent
+    applied = state.phase in (StepPhase.TRIED, StepPhase.SUCCEEDED)
+    maybe = state.phase is StepPhase.FAILED and (spec.reversible or state.uncertain)
+    return state.sent and (applied or maybe)
+
+
 def undo(w: Work, spec: CompiledStep, key: str, scope: Scope) -> Progress:
     """Undo what the step applied or may have applied: cancel a TCC step that was tried (or
     whose try failed, which the participant answers as a null compensation), compensate a
     saga step that succeeded or whose outcome is unknown."""
     state = w.steps.get(key)
-    if state is None or state.phase in _UNDONE:
-        return Progress.DONE
-    if state.phase in _UNDOING:
+    if state is not None and state.phase in _UNDOING:
         return Progress.WAITING
-    if state.phase in _IN_FLIGHT:
+    if state is not None and state.phase in _IN_FLIGHT:
         leaf.abandon_forward(w, key, "abandoned: its branch is being undone")
         state = w.step(key)
-    applied = state.phase in (StepPhase.TRIED, StepPhase.SUCCEEDED)
-    maybe = state.phase is StepPhase.FAILED and (spec.reversible or state.uncertain)
-    if not state.sent or not (applied or maybe):
+    if not needs_undo(spec, state):
         return Progress.DONE
+    assert state is not None
+    applied = state.phase in (StepPhase.TRIED, StepPhase.SUCCEEDED)
     if not spec.reversible:
         why = ("committed" if applied
                else "may have taken effect (no reply before its deadline)")

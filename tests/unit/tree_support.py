@@ -1,0 +1,366 @@
+"""Shared by the node-tree tests: a participant model with a real barrier, random trees, and
+the invariant checks every run must pass."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
+from coordinator.engine import (
+    CompiledSaga,
+    InvalidTransition,
+    RepairVerb,
+    ReplyReceived,
+    SagaState,
+    Status,
+    StepPhase,
+    advance,
+    compile_saga,
+)
+from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind, StepKind
+from coordinator.engine.machine import SAGA_EDGES, node_edges
+from coordinator.engine.simulate import Simulator
+from coordinator.flow import Choice, ForEach, Parallel, Race, Sequence
+from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
+
+FAST = RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=10))
+ENDS = {Status.COMPLETED, Status.COMPENSATED, Status.CANCELLED, Status.DEAD}
+
+
+class TreeInput(BaseModel):
+    n: int = 3
+    flag: bool = True
+
+
+@dataclass
+class Participants:
+    """Every participant at once, with the barrier of ``participant_sdk``: one stored outcome
+    per (step, phase); an undo first marks its forward phase, so a late forward is refused
+    and an undo with nothing applied is a null compensation."""
+
+    stored: dict[tuple[str, Phase], tuple[Outcome, ErrorKind | None]] = field(
+        default_factory=dict)
+    applied: dict[str, bool] = field(default_factory=dict)
+    undo_effects: dict[str, int] = field(default_factory=dict)
+    confirmed: set[str] = field(default_factory=set)
+    #: Confirms of a try that never succeeded (legal only after an operator's skip).
+    blind_confirms: set[str] = field(default_factory=set)
+
+    def answer(self, sim: Simulator, cmd: CommandEnvelope, want: Outcome = Outcome.OK,
+               kind: ErrorKind | None = None) -> None:
+        outcome, error = self._decide(cmd, want, kind)
+        sim.reply_to(cmd, outcome, kind=error, result={"from": cmd.step})
+
+    def _decide(self, cmd: CommandEnvelope, want: Outcome, kind: ErrorKind | None
+                ) -> tuple[Outcome, ErrorKind | None]:
+        key, phase = cmd.step, cmd.phase
+        if (key, phase) in self.stored:
+            return self.stored[(key, phase)]  # a duplicate gets the stored reply
+        if phase.is_forward:
+            if want is Outcome.OK:
+                self.applied[key] = True
+            if want is not Outcome.FAILED:
+                self.stored[(key, phase)] = (want, kind)
+            return want, kind
+        forward = Phase.TRY if phase in (Phase.CONFIRM, Phase.CANCEL) else Phase.ACTION
+        if phase is Phase.CONFIRM:
+            if self.stored.get((key, forward), (None,))[0] is not Outcome.OK:
+                self.blind_confirms.add(key)
+            self.confirmed.add(key)
+        else:
+            if want is Outcome.FAILED:
+                return want, ErrorKind.TRANSIENT  # rolled back: no effect, nothing stored
+            if (key, forward) not in self.stored:  # null compensation; late try refused
+                self.stored[(key, forward)] = (Outcome.REJECTED, ErrorKind.BARRIER_REFUSED)
+            elif self.applied.get(key):
+                self.applied[key] = False
+                self.undo_effects[key] = self.undo_effects.get(key, 0) + 1
+        self.stored[(key, phase)] = (Outcome.OK, None)
+        return Outcome.OK, None
+
+
+# -- random trees --------------------------------------------------------------------------
+
+
+def _leaf(draw: st.DrawFn, names: itertools.count[int], in_race: bool) -> Any:
+    name = f"s{next(names)}"
+    guard = draw(st.sampled_from([None, None, None, "flag", "not_flag"]))
+    when = None if guard is None else (
+        (lambda ctx: ctx.input.flag) if guard == "flag" else (lambda ctx: not ctx.input.flag))
+    if draw(st.booleans()):
+        return TccStep(name, f"p{name}", "do", retry=FAST, when=when)
+    compensable = True if in_race else draw(st.sampled_from([True, True, True, False]))
+    return SagaStep(name, f"p{name}", "do", compensable=compensable, retry=FAST, when=when)
+
+
+@st.composite
+def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
+          in_race: bool = False, in_each: bool = False) -> Any:
+    """A random node: up to three levels of composites, no for-each inside a for-each (the
+    unit tests cover nesting; here it would only multiply the size)."""
+    if depth >= 3 or draw(st.integers(0, 9)) < 4:
+        return _leaf(draw, names, in_race)
+    kinds = ["sequence", "parallel", "race", "choice"] + ([] if in_each else ["foreach"])
+    kind = draw(st.sampled_from(kinds))
+    name = f"g{next(names)}"
+    race, each = in_race or kind == "race", in_each or kind == "foreach"
+
+    def branch() -> Any:
+        width = draw(st.integers(1, 2))
+        kids = tuple(draw(nodes(names, depth + 1, race, each)) for _ in range(width))
+        return kids if width > 1 else kids[0]
+
+    if kind == "sequence":
+        return Sequence(name, tuple(draw(nodes(names, depth + 1, race, each))
+                                    for _ in range(draw(st.integers(1, 3)))))
+    if kind == "parallel":
+        return Parallel(name, tuple(branch() for _ in range(draw(st.integers(1, 3)))))
+    if kind == "race":
+        count = draw(st.integers(1, 3))
+        return Race(name, tuple(branch() for _ in range(count)),
+                    quorum=draw(st.integers(1, count)))
+    if kind == "foreach":
+        body = branch()
+        return ForEach(name, items=lambda ctx: list(range(ctx.input.n)),
+                       body=body if isinstance(body, tuple) else (body,),
+                       max_concurrency=draw(st.sampled_from([None, 1, 2])), max_items=5)
+    return Choice(name, ((lambda ctx: ctx.input.flag, branch()),),
+                  otherwise=branch() if draw(st.booleans()) else None)
+
+
+@st.composite
+def definitions(draw: st.DrawFn) -> CompiledSaga:
+    names = itertools.count()
+    steps = tuple(draw(nodes(names)) for _ in range(draw(st.integers(1, 3))))
+    cls = type("RandomTree", (Saga,), {"name": "tree", "version": 1,
+                                       "input_model": TreeInput, "steps": steps})
+    return compile_saga(cls)
+
+
+# -- driving ----------------------------------------------------------------------------------
+
+
+def outstanding(sim: Simulator) -> list[CommandEnvelope]:
+    ids = {s.outstanding.message_id for s in sim.current.steps.values() if s.outstanding}
+    return [c for c in sim.sent if c.message_id in ids]
+
+
+REPLIES = [Outcome.OK, Outcome.OK, Outcome.OK, Outcome.REJECTED, Outcome.FAILED]
+ACTIONS = ["reply", "reply", "reply", "reply", "duplicate", "timer", "timer", "drop",
+           "repair"]
+
+
+@dataclass
+class Run:
+    sim: Simulator
+    world: Participants
+    #: Accepted repairs that may leave an effect applied on purpose (skip, resolve).
+    by_hand: bool = False
+    cancelled: bool = False
+
+
+def drive_randomly(data: st.DataObject, run: Run, steps: int = 60) -> None:
+    sim, world = run.sim, run.world
+    for _ in range(data.draw(st.integers(0, steps), label="length")):
+        if sim.current.status.is_terminal:
+            return
+        action = data.draw(st.sampled_from(ACTIONS), label="action")
+        if action == "reply" and sim.pending:
+            cmd = data.draw(st.sampled_from(list(sim.pending.values())), label="command")
+            want = data.draw(st.sampled_from(REPLIES), label="outcome")
+            world.answer(sim, cmd, want, ErrorKind.BUSINESS if want is Outcome.REJECTED
+                         else ErrorKind.TRANSIENT if want is Outcome.FAILED else None)
+        elif action == "duplicate" and sim.sent:
+            world.answer(sim, data.draw(st.sampled_from(sim.sent), label="old"))
+        elif action == "timer" and sim.timers:
+            sim.fire(sim.timers[data.draw(st.sampled_from(sorted(sim.timers)), label="t")])
+        elif action == "drop" and sim.pending:
+            del sim.pending[data.draw(st.sampled_from(sorted(sim.pending, key=str)))]
+        elif action == "repair":
+            verb = data.draw(st.sampled_from(list(RepairVerb)), label="verb")
+            active = sim.current.active_steps() or [None]
+            step = data.draw(st.sampled_from([None, *active]), label="step")
+            was_dead = sim.current.status is Status.DEAD
+            try:
+                sim.repair(verb, step=step, result={"manual": True},
+                           payload={"status": "compensated"} if verb is RepairVerb.RESOLVE
+                           else None)
+            except InvalidTransition:
+                continue
+            # skip, resolve and compensate of a dead saga (a step that cannot be undone is
+            # left as is) settle by hand: effects may stay.
+            run.by_hand = run.by_hand or verb in (RepairVerb.SKIP, RepairVerb.RESOLVE) or (
+                verb is RepairVerb.COMPENSATE and was_dead)
+            run.cancelled = run.cancelled or verb is RepairVerb.CANCEL
+
+
+def busy(state: SagaState) -> bool:
+    return any(s.outstanding is not None or s.retry_timer is not None
+               for s in state.steps.values())
+
+
+def drain(run: Run) -> None:
+    """Participants recover and answer OK; timers fire in order. Must reach an end."""
+    sim = run.sim
+    for _ in range(20_000):
+        if sim.current.status in ENDS and not busy(sim.current):
+            return
+        live = outstanding(sim)
+        if live:
+            run.world.answer(sim, live[0])
+        elif sim.timers:
+            sim.fire_next()
+        else:
+            raise AssertionError(f"stuck: no command in flight and no timer\n{sim.current}")
+    raise AssertionError("did not finish")
+
+
+# -- invariants -------------------------------------------------------------------------------
+
+
+def check_moves(sim: Simulator) -> None:
+    """Every phase and status change the engine made is an edge of the exported machine."""
+    saga_edges = {(a, b) for a, b, _ in SAGA_EDGES}
+    for decision in sim.decisions:
+        for key, node, source, target in decision.moves:
+            if not key:
+                assert (source, target) in saga_edges, f"saga move {source} -> {target}"
+                continue
+            edges = {(a, b) for a, b, _ in node_edges(sim.definition.node(node))}
+            assert (source, target) in edges, f"{key} ({node}): move {source} -> {target}"
+
+
+def _lca_kind(sim: Simulator, a: str, b: str) -> GroupKind | None:
+    steps = sim.current.steps
+
+    def chain(key: str) -> list[str]:
+        out = []
+        parent = steps[key].parent
+        while parent is not None:
+            out.append(parent)
+            parent = steps[parent].parent
+        return out
+
+    up_b = set(chain(b))
+    for parent in chain(a):
+        if parent in up_b:
+            node = sim.definition.node(steps[parent].node)
+            assert isinstance(node, CompiledGroup)
+            return node.kind
+    return GroupKind.SEQUENCE  # the root
+
+
+def check_invariants(run: Run) -> None:
+    sim, world, state = run.sim, run.world, run.sim.current
+    assert state.status in ENDS
+    assert state.status is not Status.CANCELLED or run.cancelled
+    for step in state.steps.values():
+        assert step.outstanding is None and step.retry_timer is None
+    for timer in list(sim.timers.values()):  # leftovers are harmless: all stale
+        assert sim.fire(timer).ignored is not None
+    seen: dict[str, list[Phase]] = {}
+    for cmd in sim.sent:
+        phases = seen.setdefault(cmd.step, [])
+        if cmd.phase.is_rollback:
+            assert any(p.is_forward for p in phases), f"{cmd.step}: undo of a step never sent"
+        if cmd.phase is Phase.CONFIRM:
+            assert Phase.CANCEL not in phases, f"{cmd.step}: confirm after cancel"
+        phases.append(cmd.phase)
+    # A command's outcome is applied once (a late success after a failure is news, not a
+    # duplicate).
+    applied = [(d.history[0].event.reply.in_reply_to, d.history[0].event.reply.outcome)
+               for d in sim.decisions
+               if isinstance(d.history[0].event, ReplyReceived) and d.ignored is None]
+    assert len(applied) == len(set(applied)), "a reply was applied twice"
+    assert all(n <= 1 for n in world.undo_effects.values()), "an effect was undone twice"
+    _check_undo_order(sim)
+    if run.by_hand:
+        return  # an operator skipped or resolved by hand: effects may stay on purpose
+    assert not world.blind_confirms, f"confirm of a failed try: {world.blind_confirms}"
+    left = {k for k, on in world.applied.items() if on}
+    if state.status in (Status.COMPENSATED, Status.CANCELLED):
+        assert not left, f"effects left after rollback: {sorted(left)}\n{_describe(sim)}"
+        assert not world.confirmed, "confirmed in a saga that rolled back"
+    if state.status is Status.COMPLETED:
+        for key in left:
+            spec = sim.definition.node(state.steps[key].node)
+            assert isinstance(spec, CompiledStep)
+            assert spec.kind is not StepKind.TCC or key in world.confirmed, \
+                f"{key}: tried but never confirmed"
+        losers = _race_losers(sim)
+        assert not (left & losers), (f"a race loser's effect stayed: {sorted(left & losers)}"
+                                     f"\n{_describe(sim)}")
+
+
+def _race_losers(sim: Simulator) -> set[str]:
+    steps = sim.current.steps
+    out: set[str] = set()
+    for key, state in steps.items():
+        node = sim.definition.node(state.node)
+        if isinstance(node, CompiledGroup) and node.kind is GroupKind.RACE and state.winners:
+            for leaf_key, leaf_state in steps.items():
+                if isinstance(sim.definition.node(leaf_state.node), CompiledStep):
+                    chain, parent = [leaf_key], leaf_state.parent
+                    while parent is not None and parent != key:
+                        chain.append(parent)
+                        parent = steps[parent].parent
+                    if parent == key and not set(chain) & set(state.winners):
+                        out.add(leaf_key)
+    return out
+
+
+def _check_undo_order(sim: Simulator) -> None:
+    """Along each path (keys whose closest common node runs its children in order), a step
+    that completed later is undone before one that completed earlier."""
+    state = sim.current
+    first_undo: dict[str, int] = {}
+    for index, cmd in enumerate(sim.sent):
+        if cmd.phase.is_rollback:
+            first_undo.setdefault(cmd.step, index)
+    done = [k for k in first_undo if state.steps[k].completed_seq is not None]
+    for a, b in itertools.combinations(done, 2):
+        early, late = sorted((a, b), key=lambda k: state.steps[k].completed_seq or 0)
+        if _lca_kind(sim, early, late) in (GroupKind.SEQUENCE, GroupKind.CHOICE):
+            assert first_undo[late] < first_undo[early], \
+                f"{early} completed before {late} but was undone first"
+
+
+def check_replay(sim: Simulator) -> None:
+    assert sim.replayed().to_json() == sim.current.to_json()
+    state = None
+    for entry, decision in zip(sim.history, sim.decisions, strict=True):
+        again = advance(sim.definition, state, entry.event, entry.at)
+        assert again == decision, "advance is not deterministic"
+        assert SagaState.from_json(again.state.to_json()) == again.state
+        state = again.state
+
+
+def new_run(definition: CompiledSaga, **input: Any) -> Run:
+    sim = Simulator(definition, saga_id=uuid.UUID(int=7))
+    sim.start(TreeInput(**input).model_dump())
+    return Run(sim, Participants())
+
+
+def all_phases(state: SagaState) -> dict[str, StepPhase]:
+    return {k: s.phase for k, s in state.steps.items()}
+
+
+def _describe(sim: Simulator) -> str:
+    """The tree and what was sent, for a failing example."""
+    def show(node: Any, pad: str) -> list[str]:
+        kids = getattr(node, "children", ())
+        extra = f" quorum={node.quorum}" if getattr(node, "kind", None) is GroupKind.RACE else ""
+        lines = [f"{pad}{node.kind.value} {node.name}{extra}"]
+        for kid in kids:
+            lines += show(kid, pad + "  ")
+        return lines
+    sent = [(c.step, c.phase.value, c.attempt) for c in sim.sent]
+    return "\n".join(show(sim.definition.root, "")) + f"\nsent: {sent}\n" + "\n".join(
+        h.note for h in sim.history)
