@@ -53,7 +53,7 @@ def test_compaction_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = CoordinatorSettings()
     assert (settings.compact_interval, settings.compact_min_events, settings.compact_archive) \
         == (timedelta(minutes=10), 50, True)
-    for name, bad in (("SAGAFLOW_COMPACT_INTERVAL", "-5"), ("SAGAFLOW_COMPACT_MIN_EVENTS", "0")):
+    for name, bad in (("SAGAFLOW_COMPACT_INTERVAL", "-PT5S"), ("SAGAFLOW_COMPACT_MIN_EVENTS", "0")):
         monkeypatch.setenv(name, bad)
         with pytest.raises(ValidationError):
             CoordinatorSettings()
