@@ -28,7 +28,7 @@ Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
 Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
 
 
-@router.post("/sagas/{saga_id}/verify", response_model=VerifyOut,
+@router.get("/sagas/{saga_id}/verify", response_model=VerifyOut,
              summary="Replay the saga's history and compare it with its snapshot")
 async def verify_saga(saga_id: Annotated[UUID, Path(description="The saga's id.")], ctx: Ctx,
                       who: Viewer) -> VerifyOut:

@@ -138,7 +138,7 @@ def cmd_job(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "POST", f"/sagas/{args.saga_id}/verify")
+    return _call(client, "GET", f"/sagas/{args.saga_id}/verify")
 
 
 def cmd_bulk_verify(client: httpx.Client, args: argparse.Namespace) -> Any:

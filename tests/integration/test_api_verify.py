@@ -42,20 +42,20 @@ async def test_verify_one_saga(api: Api) -> None:
     good, bad = await _start(api), await _start(api)
     await _tamper(api, bad)
     before = len((await api.get(f"/sagas/{good}/history")).json()["entries"])
-    r = await api.post(f"/sagas/{good}/verify", token=VIEWER)
+    r = await api.get(f"/sagas/{good}/verify")
     assert r.status_code == 200, r.text
     assert r.json() == {"saga_id": good, "ok": True, "from_seq": 0,
                         "replayed_events": before, "differences": []}
-    r = await api.post(f"/sagas/{bad}/verify", token=VIEWER)
+    r = await api.get(f"/sagas/{bad}/verify")
     assert r.status_code == 200 and r.json()["ok"] is False
     assert r.json()["differences"] == [
         ".reason: stored 'edited by hand' != replayed None"]
     # Verifying changes nothing and needs credentials; an unknown saga is a 404.
     assert len((await api.get(f"/sagas/{good}/history")).json()["entries"]) == before
-    assert (await api.client.post(f"/sagas/{good}/verify")).status_code == 401
-    missing = await api.post(f"/sagas/{uuid4()}/verify", token=VIEWER)
+    assert (await api.client.get(f"/sagas/{good}/verify")).status_code == 401
+    missing = await api.get(f"/sagas/{uuid4()}/verify")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "saga_not_found"
-    assert (await api.post("/sagas/not-a-uuid/verify", token=VIEWER)).status_code == 422
+    assert (await api.get("/sagas/not-a-uuid/verify")).status_code == 422
 
 
 async def test_verify_job_over_a_filter_survives_a_runner_stop(api: Api) -> None:
