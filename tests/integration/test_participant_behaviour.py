@@ -78,6 +78,9 @@ class MemorySink:
 class Hold(BaseModel):
     amount: int
     seq: int = 0
+
+
+class Note(Hold):
     #: How long the note handler takes: lets a test make later commands finish first.
     delay_ms: int = 0
 
@@ -105,7 +108,7 @@ class Wallet(Participant):
         return body
 
     @on_action("note")
-    async def note(self, ctx: HandlerContext, body: Hold) -> dict[str, Any]:
+    async def note(self, ctx: HandlerContext, body: Note) -> dict[str, Any]:
         if body.amount < 0:
             raise RuntimeError("negative note")
         await asyncio.sleep(body.delay_ms / 1000)
@@ -113,7 +116,7 @@ class Wallet(Participant):
         return {"seq": body.seq}
 
     @on_compensate("note")
-    async def unnote(self, ctx: HandlerContext, body: Hold) -> None:
+    async def unnote(self, ctx: HandlerContext, body: Note) -> None:
         await self.sink.record(ctx, "unnote", body.amount)
 
 
