@@ -51,7 +51,7 @@ class ShipmentV1(Saga):
     input_model = OrderInput
     steps = (
         _tcc("pay", "payments", "charge"),
-        SagaStep("ship", "shipping", "ship", compensation="unship", retry=FAST,
+        SagaStep("ship", "shipping", "ship", compensable=True, retry=FAST,
                  compensation_retry=FAST_ROLLBACK, deadline=DEADLINE,
                  rollback_deadline=DEADLINE),
     )
