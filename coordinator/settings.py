@@ -48,6 +48,21 @@ class CoordinatorSettings(BaseSettings):
     relay_wake_interval: timedelta = timedelta(milliseconds=5)
     #: How long stop() lets in-flight batches finish before cancelling them.
     shutdown_grace: timedelta = timedelta(seconds=10)
+    #: Checkpoint long histories every ``compact_interval`` (0, the default: off). A round
+    #: takes sagas with ``compact_min_events`` events or more since their last checkpoint,
+    #: at most ``compact_batch_size`` of them; ``compact_archive`` also moves the history up
+    #: to the checkpoint to ``saga_history_archive``. A round holds two pool connections.
+    compact_interval: timedelta = timedelta(0)
+    compact_min_events: int = Field(default=100, ge=1)
+    compact_batch_size: int = Field(default=1000, ge=1, le=100_000)
+    compact_archive: bool = False
+
+    @field_validator("compact_interval")
+    @classmethod
+    def _not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError("must be 0 (off) or a positive duration")
+        return value
 
     @field_validator("sagas", mode="before")
     @classmethod

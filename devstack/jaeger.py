@@ -135,13 +135,22 @@ class Jaeger(Service):
         procs.terminate(pid, timeout=20)
 
 
+def required_go() -> str:
+    """The Go version the pinned tool module's ``go`` directive asks for (e.g. ``1.26.8``)."""
+    for line in (TOOL_MODULE / "go.mod").read_text(encoding="utf-8").splitlines():
+        if line.startswith("go "):
+            return line.split()[1]
+    raise ServiceError(f"no `go` directive in {TOOL_MODULE / 'go.mod'}")
+
+
 def build_binary(target: Path) -> None:
     """``go build`` Jaeger from the pinned tool module into ``target`` unless it is there."""
     if target.is_file():
         return
     go = shutil.which("go")
     if go is None:
-        raise ServiceError("Jaeger is built from source: install Go 1.24+ (`go` on PATH)")
+        raise ServiceError(
+            f"Jaeger is built from source: install Go {required_go()}+ (`go` on PATH)")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(target.name + ".tmp")
     log.info("building Jaeger into %s (a few minutes the first time)", target)

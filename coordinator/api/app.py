@@ -17,6 +17,7 @@ from coordinator.api.jobs import RepairJobRunner
 from coordinator.api.routes_dead_letters import router as dead_letters_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_sagas import router as sagas_router
+from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.settings import ApiSettings
 from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
@@ -97,6 +98,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(sagas_router)
     app.include_router(jobs_router)
+    app.include_router(verify_router)
     app.include_router(dead_letters_router)
     mount_observability(app, metrics=metrics)
     return app

@@ -1,6 +1,8 @@
-"""Bulk repair: a verb applied to every saga a filter matched, as a durable job.
+"""Bulk repair and bulk verify: a verb applied to every saga a filter matched, as a durable job.
 
-The job and its items live in Postgres (migration 0002). :class:`RepairJobRunner` claims an
+The job and its items live in Postgres (migration 0002); a verify job is a job whose verb is
+``verify`` (:mod:`.verification`): it changes no saga, it records per saga whether replaying
+the history rebuilds the stored snapshot. :class:`RepairJobRunner` claims an
 unfinished job (``FOR UPDATE SKIP LOCKED``, then a renewed lease), applies the verb to each
 pending item through :func:`~coordinator.api.repairs.apply_repair` and records the outcome.
 A runner that dies leaves its lease to expire; any replica then resumes the job. An item
@@ -23,13 +25,15 @@ from uuid import UUID
 
 import asyncpg
 
-from coordinator.api.models import BulkRepairRequest, RepairItemOut, RepairJobOut
+from coordinator.api.models import BulkRepairRequest, RepairItemOut, RepairJobOut, SagaFilter
 from coordinator.api.queries import matching_ids
 from coordinator.api.repairs import RepairOptions, apply_repair
+from coordinator.api.verification import VERIFY_VERB, ItemResult, verify_one
 from coordinator.engine import InvalidTransition, RepairVerb
 from coordinator.store import SagaNotFound, SagaStore, StoreError, TransientStoreError
 
-__all__ = ["JobTooLarge", "RepairJobRunner", "create_job", "get_job", "job_marker"]
+__all__ = ["JobTooLarge", "RepairJobRunner", "create_job", "get_job", "insert_job", "job_marker",
+           "read_job"]
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +53,31 @@ async def create_job(
     conn: asyncpg.Connection, request: BulkRepairRequest, *, actor: str, now: datetime,
     stuck_ids: Collection[UUID],
 ) -> UUID:
-    """Insert the job and one item per matching saga, in one transaction."""
+    """Insert the repair job and one item per matching saga, in one transaction."""
+    options = {"step": request.step, "payload": request.payload,
+               "result": request.result, "status": request.status}
+    return await insert_job(conn, verb=request.verb.value, reason=request.reason, actor=actor,
+                            saga_filter=request.filter, options=options,
+                            max_sagas=request.max_sagas, now=now, stuck_ids=stuck_ids)
+
+
+async def insert_job(
+    conn: asyncpg.Connection, *, verb: str, reason: str, actor: str, saga_filter: SagaFilter,
+    options: dict[str, Any], max_sagas: int, now: datetime, stuck_ids: Collection[UUID],
+) -> UUID:
+    """Insert a job of any verb and one item per matching saga, in one transaction."""
     job_id = uuid.uuid4()
     async with conn.transaction():
-        ids = await matching_ids(conn, request.filter, now=now, stuck_ids=stuck_ids,
-                                 limit=request.max_sagas + 1)
-        if len(ids) > request.max_sagas:
-            raise JobTooLarge(f"the filter matches more than {request.max_sagas} sagas; "
+        ids = await matching_ids(conn, saga_filter, now=now, stuck_ids=stuck_ids,
+                                 limit=max_sagas + 1)
+        if len(ids) > max_sagas:
+            raise JobTooLarge(f"the filter matches more than {max_sagas} sagas; "
                               "narrow it or raise max_sagas")
-        options = {"step": request.step, "payload": request.payload,
-                   "result": request.result, "status": request.status}
         await conn.execute(
             "INSERT INTO repair_jobs (id, verb, reason, actor, filter, options, status, total)"
             " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8)",
-            job_id, request.verb.value, request.reason, actor,
-            json.dumps(request.filter.model_dump(mode="json", exclude_none=True)),
+            job_id, verb, reason, actor,
+            json.dumps(saga_filter.model_dump(mode="json", exclude_none=True)),
             json.dumps(options), "done" if not ids else "pending", len(ids),
         )
         if ids:
@@ -78,9 +92,10 @@ async def create_job(
     return job_id
 
 
-async def get_job(
+async def read_job(
     conn: asyncpg.Connection, job_id: UUID, *, item_limit: int = 1000, after_position: int = 0
-) -> RepairJobOut | None:
+) -> tuple[asyncpg.Record, dict[str, int], list[RepairItemOut]] | None:
+    """A job's row, its item counts per outcome and a page of its items (any verb)."""
     job = await conn.fetchrow("SELECT * FROM repair_jobs WHERE id = $1", job_id)
     if job is None:
         return None
@@ -92,14 +107,24 @@ async def get_job(
         "WHERE job_id = $1 AND position > $2 ORDER BY position LIMIT $3",
         job_id, after_position, item_limit,
     )
+    return job, counts, [RepairItemOut(saga_id=r["saga_id"], outcome=r["outcome"],
+                                       status=r["status"], message=r["message"],
+                                       finished_at=r["finished_at"]) for r in items]
+
+
+async def get_job(
+    conn: asyncpg.Connection, job_id: UUID, *, item_limit: int = 1000, after_position: int = 0
+) -> RepairJobOut | None:
+    """A repair job (None for a verify job: those have their own route)."""
+    found = await read_job(conn, job_id, item_limit=item_limit, after_position=after_position)
+    if found is None or found[0]["verb"] == VERIFY_VERB:
+        return None
+    job, counts, items = found
     return RepairJobOut(
         job_id=job["id"], verb=RepairVerb(job["verb"]), reason=job["reason"],
         actor=job["actor"], filter=json.loads(job["filter"]), status=job["status"],
         total=job["total"], counts=counts, created_at=job["created_at"],
-        started_at=job["started_at"], finished_at=job["finished_at"],
-        items=[RepairItemOut(saga_id=r["saga_id"], outcome=r["outcome"], status=r["status"],
-                             message=r["message"], finished_at=r["finished_at"])
-               for r in items],
+        started_at=job["started_at"], finished_at=job["finished_at"], items=items,
     )
 
 
@@ -125,7 +150,7 @@ ItemHook = Callable[[UUID, UUID], Awaitable[None]]
 
 
 class RepairJobRunner:
-    """Runs bulk-repair jobs; start any number of them (one per API replica)."""
+    """Runs bulk-repair and verify jobs; start any number of them (one per API replica)."""
 
     def __init__(
         self,
@@ -193,7 +218,7 @@ class RepairJobRunner:
         if job is None:
             return False
         self._current = job["id"]
-        log.info("%s: running repair job %s (%s)", self.name, job["id"], job["verb"])
+        log.info("%s: running job %s (%s)", self.name, job["id"], job["verb"])
         try:
             await self._work(job)
         except asyncio.CancelledError:
@@ -207,13 +232,20 @@ class RepairJobRunner:
             self._current = None
         return True
 
-    async def _work(self, job: asyncpg.Record) -> None:
-        job_id: UUID = job["id"]
+    def _action(self, job: asyncpg.Record) -> Callable[[UUID], Awaitable[ItemResult]]:
+        """What the job does to each of its sagas."""
+        if job["verb"] == VERIFY_VERB:
+            return lambda saga_id: verify_one(self.store, saga_id)
         verb = RepairVerb(job["verb"])
         opts: dict[str, Any] = json.loads(job["options"])
         options = RepairOptions(step=opts.get("step"), payload=opts.get("payload"),
                                 result=opts.get("result"), status=opts.get("status"))
-        reason = job["reason"] + job_marker(job_id)
+        reason = job["reason"] + job_marker(job["id"])
+        return lambda saga_id: self._repair(saga_id, verb, job["actor"], reason, options)
+
+    async def _work(self, job: asyncpg.Record) -> None:
+        job_id: UUID = job["id"]
+        action = self._action(job)
         while True:
             async with self.store.pool.acquire() as conn:
                 if await conn.fetchval(_RENEW, job_id, self.name, self.lease) is None:
@@ -227,8 +259,12 @@ class RepairJobRunner:
             for item in items:
                 if self._stopping.is_set():
                     return
-                await self._one(job_id, item["position"], item["saga_id"], verb, job["actor"],
-                                reason, options)
+                outcome, status, message = await action(item["saga_id"])
+                async with self.store.pool.acquire() as conn:
+                    await conn.execute(
+                        "UPDATE repair_job_items SET outcome = $3, status = $4, message = $5, "
+                        "finished_at = clock_timestamp() WHERE job_id = $1 AND position = $2",
+                        job_id, item["position"], outcome, status, message)
                 if self._after_item is not None:
                     await self._after_item(job_id, item["saga_id"])
         async with self.store.pool.acquire() as conn:
@@ -236,10 +272,10 @@ class RepairJobRunner:
                 "UPDATE repair_jobs SET status = 'done', finished_at = clock_timestamp(), "
                 "owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2",
                 job_id, self.name)
-        log.info("%s: repair job %s done", self.name, job_id)
+        log.info("%s: %s job %s done", self.name, job["verb"], job_id)
 
-    async def _one(self, job_id: UUID, position: int, saga_id: UUID, verb: RepairVerb,
-                   actor: str, reason: str, options: RepairOptions) -> None:
+    async def _repair(self, saga_id: UUID, verb: RepairVerb, actor: str, reason: str,
+                      options: RepairOptions) -> ItemResult:
         status: str | None = None
         if await self._already_applied(saga_id, reason):
             outcome, message = "applied", "applied before the job was resumed"
@@ -258,11 +294,7 @@ class RepairJobRunner:
                 raise
             except (StoreError, ValueError, LookupError) as exc:
                 outcome, message = "failed", f"{type(exc).__name__}: {exc}"
-        async with self.store.pool.acquire() as conn:
-            await conn.execute(
-                "UPDATE repair_job_items SET outcome = $3, status = $4, message = $5, "
-                "finished_at = clock_timestamp() WHERE job_id = $1 AND position = $2",
-                job_id, position, outcome, status, message)
+        return outcome, status, message
 
     async def _already_applied(self, saga_id: UUID, reason: str) -> bool:
         async with self.store.pool.acquire() as conn:

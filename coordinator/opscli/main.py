@@ -1,4 +1,4 @@
-"""``saga``: list, show, repair and bulk-repair sagas over the operator API.
+"""``saga``: list, show, repair, bulk-repair and verify sagas over the operator API.
 
 ``--url`` / ``SAGAFLOW_API_URL`` and ``--token`` / ``SAGAFLOW_API_TOKEN`` say where and who.
 Output is a readable table by default and the API's JSON with ``--json``. Exit codes: 0 ok,
@@ -137,6 +137,26 @@ def cmd_job(client: httpx.Client, args: argparse.Namespace) -> Any:
     return _call(client, "GET", f"/repairs/{args.job_id}")
 
 
+def cmd_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/sagas/{args.saga_id}/verify")
+
+
+def cmd_bulk_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
+    flt = _filter_params(args)
+    if "type" in flt:
+        flt["saga_type"] = flt.pop("type")
+    if "stuck" in flt:
+        flt["stuck"] = True
+    body = {"filter": flt, "max_sagas": args.max_sagas}
+    if args.reason:
+        body["reason"] = args.reason
+    return _call(client, "POST", "/verifications", json=body)
+
+
+def cmd_verify_job(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/verifications/{args.job_id}")
+
+
 def cmd_letters(client: httpx.Client, args: argparse.Namespace) -> Any:
     base = "/outbox/dead-letters" if args.outbox else "/dead-letters"
     if args.action == "list":
@@ -167,8 +187,13 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
         out.write(render_dead(data))
     elif command == "types":
         out.write(table(data, ["name", "version", "latest"]))
-    elif command in ("bulk", "job"):
+    elif command in ("bulk", "job", "bulk-verify", "verify-job"):
         out.write(render_job(data))
+    elif command == "verify":
+        verdict = "replays to its snapshot" if data["ok"] else "DIFFERS from its snapshot"
+        out.write(f"saga {data['saga_id']} {verdict} ({data['replayed_events']} events "
+                  f"from seq {data['from_seq']})\n")
+        out.writelines(f"  {d}\n" for d in data["differences"])
     elif command == "dead-letters":
         if isinstance(data, list):
             out.write(table(data, ["id", "source", "topic", "reason", "created_at"]
@@ -248,6 +273,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_repair_options(p, "bulk")
     p.add_argument("--max-sagas", dest="max_sagas", type=int, default=1000)
     add("job", cmd_job, "a bulk repair job's progress and results").add_argument("job_id")
+    add("verify", cmd_verify, "replay a saga's history and compare it with its snapshot"
+        ).add_argument("saga_id")
+    p = add("bulk-verify", cmd_bulk_verify, "replay-verify every matching saga (a durable job)")
+    _add_filter(p)
+    p.add_argument("--reason", "-r", help="why (recorded with the job)")
+    p.add_argument("--max-sagas", dest="max_sagas", type=int, default=1000)
+    add("verify-job", cmd_verify_job, "a verify job's progress and results"
+        ).add_argument("job_id")
     p = add("dead-letters", cmd_letters, "list, show, requeue or discard dead letters")
     p.add_argument("action", choices=["list", "show", "requeue", "discard"])
     p.add_argument("id", nargs="?", type=int)

@@ -56,7 +56,8 @@ def render_dead(data: Mapping[str, Any]) -> str:
 
 
 def render_job(data: Mapping[str, Any]) -> str:
-    head = (f"job      {data['job_id']}\nverb     {data['verb']} by {data['actor']}\n"
+    verb = data.get("verb", "verify")  # verify jobs have no repair verb
+    head = (f"job      {data['job_id']}\nverb     {verb} by {data['actor']}\n"
             f"status   {data['status']} ({data['total']} sagas: "
             f"{', '.join(f'{k} {v}' for k, v in sorted(data['counts'].items()))})\n\n")
     return head + table(data["items"], ["saga_id", "outcome", "status", "message"])

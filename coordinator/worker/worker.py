@@ -25,6 +25,7 @@ from coordinator.relay_wake import start_relay_waker
 from coordinator.serverless import fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
+from coordinator.worker.compaction import CompactionLoop
 from outbox_relay import RelayWaker
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
@@ -67,6 +68,8 @@ class Worker:
         self._relay_waker: RelayWaker | None = None
         #: Metrics and the periodic in-flight/stuck scan (created by start()).
         self.observability: WorkerObservability | None = None
+        #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
+        self.compaction: CompactionLoop | None = None
         #: Counters for tests and logs.
         self.batches = 0
         self.timers_fired = 0
@@ -100,6 +103,9 @@ class Worker:
         self._relay_waker = await start_relay_waker(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name)
         await self.observability.start()
+        if s.compact_interval.total_seconds() > 0:
+            self.compaction = CompactionLoop(self.store, s, name=self.name)
+            await self.compaction.start()
         consumer = AIOKafkaConsumer(
             reply_topic(s.topic_prefix),
             bootstrap_servers=s.kafka_bootstrap,
@@ -135,6 +141,8 @@ class Worker:
             await self._consumer.stop()
         if self._relay_waker is not None:
             await self._relay_waker.stop()
+        if self.compaction is not None:
+            await self.compaction.stop()
         if self.observability is not None:
             await self.observability.stop()
         if self._owns_store and self._store is not None:

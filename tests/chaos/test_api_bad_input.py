@@ -176,6 +176,9 @@ async def test_api_refuses_and_survives_hostile_requests(
     for v in violations[:30]:
         print(f"[chaos] api-hostile-requests:   VIOLATION {v}")
     assert len(violations) == 0, violations
+    # Every route of the app was attacked, each with every hostile value.
+    assert len(routes) >= 20, [r.path for r in routes]
+    assert sent >= len(routes) * (3 + len(HOSTILE)), sent
 
 
 def _no_leak(resp: httpx.Response, saga_ids: list[str], violations: list[str],

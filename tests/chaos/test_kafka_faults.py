@@ -54,6 +54,8 @@ async def test_kafka_cut_connections_and_broker_restart(
             started,
             settle_timeout=90,
             extra={"connections cut": faults.cut_connections},
+            at_least={"kafka_proxy_cuts": 5, "kafka_broker_sigkill_restart": 1,
+                      "connections cut": 5},
         )
         await stack.drop()
     finally:

@@ -50,6 +50,8 @@ async def test_postgres_cut_connections_and_server_restart(make_stack: MakeStack
             started,
             settle_timeout=90,
             extra={"connections cut": faults.cut_connections},
+            at_least={"postgres_proxy_cuts": 5, "postgres_crash_restart": 1,
+                      "connections cut": 5},
         )
         await stack.drop()
     finally:

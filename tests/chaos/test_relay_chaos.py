@@ -51,7 +51,8 @@ async def test_sigkill_mid_batch_repeatedly_loses_nothing(
             proc = relay_process(env)
             await asyncio.sleep(random.uniform(0.4, 0.9))
             proc.send_signal(signal.SIGKILL)
-            proc.wait(5)
+            # It was alive when the kill landed (not already exited): the fault fired.
+            assert proc.wait(5) == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
             kills += 1
         await writer
         final = relay_process(env)

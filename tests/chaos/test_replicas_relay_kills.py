@@ -54,5 +54,6 @@ async def test_two_replicas_each_and_relay_sigkills(make_stack: MakeStack) -> No
         "replicas-relay-sigkill", stack, orders,
         {"relay_sigkill": relay_kills, "coordinator_sigkill": coordinator_kills}, started,
         extra={"re-sent commands": await count_duplicates(stack.kafka_admin, stack.topics[1:])},
+        at_least={"relay_sigkill": 12, "coordinator_sigkill": 2},
     )
     assert len(result.violations) == 0, result.violations

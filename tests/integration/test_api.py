@@ -6,10 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.api import AuthConfigError, Role, TokenAuth
+from coordinator.engine import ReplyReceived
+from coordinator.store import PendingEvent
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.protocol import Outcome, encode, make_reply
 from tests.integration.test_api_support import (
@@ -23,7 +27,7 @@ from tests.integration.test_api_support import (
     bearer,
     make_dead,
 )
-from tests.integration.test_store_support import outbox_commands
+from tests.integration.test_store_support import outbox_commands, reply_to
 
 pytestmark = pytest.mark.integration
 
@@ -192,7 +196,12 @@ async def test_repairs_on_a_running_saga(api: Api) -> None:
     assert r.status_code == 200 and r.json()["status"] == "compensating"
     sid2 = (await api.post("/sagas", {"type": "tcc_order", "input": INPUT})).json()["saga_id"]
     r = await api.post(f"/sagas/{sid2}/cancel", {"reason": "duplicate order"})
-    assert r.status_code == 200 and r.json()["status"] in ("compensating", "cancelled")
+    # Its first try was written to the outbox and may have taken effect: cancelling must
+    # send that try's cancel (compensating), never jump to cancelled.
+    assert r.status_code == 200 and r.json()["status"] == "compensating", r.json()
+    sent = [(c.step, c.phase.value) for c in await outbox_commands(api.store)
+            if str(c.saga_id) == sid2]
+    assert sent == [("reserve", "try"), ("reserve", "cancel")]
     r = await api.post(f"/sagas/{uuid.uuid4()}/cancel", {"reason": "x"})
     assert r.status_code == 404
 
@@ -246,3 +255,30 @@ async def test_outbox_dead_letters(api: Api) -> None:
     assert (await api.post(f"/outbox/dead-letters/{row_id}/requeue")).status_code == 200
     assert (await api.get("/outbox/dead-letters")).json() == []
     assert (await api.delete(f"/outbox/dead-letters/{row_id}")).status_code == 404
+
+
+async def test_metrics_route_reports_what_the_api_and_the_store_did(api: Api) -> None:
+    """``/metrics`` of the API: counters of its own changes, step durations on its clock, and
+    gauges refreshed from the database, as sample values (not merely the metric names)."""
+    sid = (await api.post("/sagas", {"type": "tcc_order", "input": INPUT})).json()["saga_id"]
+    (cmd,) = await outbox_commands(api.store)
+    api.clock.advance(timedelta(milliseconds=300))
+    await api.store.apply_many([PendingEvent(cmd.saga_id, ReplyReceived(
+        reply=reply_to(cmd, Outcome.OK)))])
+    r = await api.client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(r.text) for s in family.samples}
+
+    def sample(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    step = {"saga_type": "tcc_order", "step": "reserve", "phase": "try", "outcome": "ok"}
+    assert sample("sagaflow_sagas_started_total", saga_type="tcc_order") == 1
+    assert sample("sagaflow_step_duration_seconds_count", **step) == 1
+    assert sample("sagaflow_step_duration_seconds_sum", **step) == pytest.approx(0.3)
+    assert sample("sagaflow_step_duration_seconds_bucket", le="0.25", **step) == 0
+    assert sample("sagaflow_step_duration_seconds_bucket", le="0.5", **step) == 1
+    assert sample("sagaflow_sagas_in_flight", saga_type="tcc_order", status="running") == 1
+    assert sample("sagaflow_outbox_backlog_rows") == 1  # the hold step's try
+    assert (await api.get(f"/sagas/{sid}")).json()["steps"][0]["phase"] == "tried"

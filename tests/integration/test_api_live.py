@@ -180,6 +180,19 @@ async def test_cli_mirrors_the_api(live: Live,
         assert json.loads(text)["counts"] == {"applied": 1}
         code, text = _cli(live, "skip", str(c), "-r", "x", token=VIEWER)
         assert code == 1
+        code, text = _cli(live, "verify", str(a), token=VIEWER)
+        assert code == 0 and f"saga {a} replays to its snapshot" in text
+        code, text = _cli(live, "--json", "bulk-verify", "--type", "ship_order", "-r", "audit")
+        job = json.loads(text)
+        assert code == 0 and job["total"] == 3 and job["reason"] == "audit"
+        for _ in range(100):
+            code, text = _cli(live, "--json", "verify-job", job["job_id"], token=VIEWER)
+            if json.loads(text)["status"] == "done":
+                break
+            time.sleep(0.1)
+        assert json.loads(text)["counts"] == {"verified": 3}
+        code, text = _cli(live, "verify-job", job["job_id"], token=VIEWER)
+        assert code == 0 and "verb     verify by olga" in text and "verified" in text
         code, text = _cli(live, "types")
         assert code == 0 and "ship_order" in text
         code, text = _cli(live, "dead-letters", "list")

@@ -80,6 +80,11 @@ class Hold(BaseModel):
     seq: int = 0
 
 
+class Note(Hold):
+    #: How long the note handler takes: lets a test make later commands finish first.
+    delay_ms: int = 0
+
+
 class Wallet(Participant):
     name = NAME
 
@@ -103,14 +108,15 @@ class Wallet(Participant):
         return body
 
     @on_action("note")
-    async def note(self, ctx: HandlerContext, body: Hold) -> dict[str, Any]:
+    async def note(self, ctx: HandlerContext, body: Note) -> dict[str, Any]:
         if body.amount < 0:
             raise RuntimeError("negative note")
+        await asyncio.sleep(body.delay_ms / 1000)
         await self.sink.record(ctx, f"note-{body.seq}", body.amount)
         return {"seq": body.seq}
 
     @on_compensate("note")
-    async def unnote(self, ctx: HandlerContext, body: Hold) -> None:
+    async def unnote(self, ctx: HandlerContext, body: Note) -> None:
         await self.sink.record(ctx, "unnote", body.amount)
 
 
@@ -144,7 +150,8 @@ class HarnessDriver:
         return await self.harness.send(command)
 
     async def send_many(self, commands: list[CommandEnvelope]) -> list[ReplyEnvelope]:
-        return [await self.harness.send(c) for c in commands]
+        """All at once, like a consumer handed a batch: the harness must run them in order."""
+        return list(await asyncio.gather(*(self.harness.send(c) for c in commands)))
 
     async def effects(self, saga_id: uuid.UUID) -> list[tuple[str, int]]:
         rows = self.harness.tables.get("effects", [])
@@ -362,16 +369,20 @@ async def test_unknown_action_and_bad_payload_are_rejected_as_bad_command(
 
 
 async def test_in_order_within_one_saga(driver: Driver) -> None:
+    """Commands of one saga handed over together, each taking less time than the one before:
+    run concurrently they would finish (and record their effect) last-first."""
     saga = uuid.uuid4()
+    count = 20
     commands = [
-        driver.command("note", Phase.ACTION, {"amount": 1, "seq": i}, saga_id=saga)
-        for i in range(30)
+        driver.command("note", Phase.ACTION,
+                       {"amount": 1, "seq": i, "delay_ms": 2 * (count - i)}, saga_id=saga)
+        for i in range(count)
     ]
     # Distinct steps, so each is a new barrier key; published back to back.
     commands = [c.model_copy(update={"step": f"note-{i}"}) for i, c in enumerate(commands)]
     replies = await driver.send_many(commands)
     assert all(r.outcome is Outcome.OK for r in replies)
-    assert await driver.effects(saga) == [(f"note-{i}", 1) for i in range(30)]
+    assert await driver.effects(saga) == [(f"note-{i}", 1) for i in range(count)]
 
 
 # --- real path only ---------------------------------------------------------------------------

@@ -106,14 +106,28 @@ def test_retry_policy_is_frozen_validated_and_deterministic() -> None:
     assert DEFAULT_ROLLBACK_RETRY.max_attempts >= 1000
 
 
+class OrderSagaV2(Saga):
+    """Version 2 of ``order`` with other steps: stock first, no shipment."""
+
+    name = "order"
+    version = 2
+    input_model = OrderSaga.input_model
+    steps = (
+        TccStep("hold_stock", "inventory", "reserve"),
+        TccStep("take_payment", "payments", "charge"),
+    )
+
+
 def test_registry_versions_latest_and_types() -> None:
-    v2 = type("OrderSagaV2", (OrderSaga,), {"version": 2})
     registry = SagaRegistry({"payments", "inventory", "shipping"})
     registry.register(OrderSaga)
-    registry.register(v2)
+    registry.register(OrderSagaV2)
     assert registry.register(OrderSaga).version == 1  # same class again: no-op
-    assert registry.get("order", 1).saga_class is OrderSaga
-    assert registry.latest("order").version == 2
+    v1, latest = registry.get("order", 1), registry.latest("order")
+    assert v1.saga_class is OrderSaga and latest.saga_class is OrderSagaV2
+    assert [s.name for s in v1.steps] == ["reserve_funds", "reserve_stock", "create_shipment"]
+    assert [s.name for s in latest.steps] == ["hold_stock", "take_payment"]
+    assert [s.name for s in registry.get("order", 2).steps] == ["hold_stock", "take_payment"]
     assert [(c.name, c.version) for c in registry.types()] == [("order", 1), ("order", 2)]
     with pytest.raises(UnknownSaga, match=r"version 3 .*versions: \[1, 2\]"):
         registry.get("order", 3)

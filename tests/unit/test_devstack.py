@@ -13,7 +13,7 @@ import devstack
 from devstack.cli import fixture_env, main
 from devstack.config import Settings
 from devstack.errors import DevstackError, ProvisionError
-from devstack.jaeger import CONFIG
+from devstack.jaeger import CONFIG, required_go
 from devstack.kafka import Kafka
 from devstack.provision import provision
 from devstack.service import State
@@ -24,6 +24,13 @@ def test_public_surface() -> None:
         "DevstackError", "Jaeger", "Kafka", "Postgres", "ProvisionError", "Service",
         "ServiceError", "Settings", "State", "Status", "provision",
     ]  # fmt: skip
+
+
+def test_readme_asks_for_the_go_that_the_jaeger_module_needs() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    asked = re.search(r"Go (\d+\.\d+(?:\.\d+)?)\s+or\s+newer", readme)
+    assert asked is not None, "the README no longer states a Go version"
+    assert asked[1] == required_go()
 
 
 def test_defaults_live_in_the_repo() -> None:

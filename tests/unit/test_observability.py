@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanKind, StatusCode
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.observability.settings import (
     ObservabilitySettings,
@@ -191,9 +192,15 @@ async def test_metrics_route_renders_the_prometheus_text() -> None:
     app = FastAPI()
     metrics = mount_observability(app, store_of=None)
     metrics.sagas_started.labels("order").inc()
+    metrics.step_duration.labels("order", "pay", "try", "ok").observe(0.3)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://api") as client:
         resp = await client.get("/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
-    assert 'sagaflow_sagas_started_total{saga_type="order"} 1.0' in resp.text
-    assert "sagaflow_step_duration_seconds" in resp.text
+    samples = {(s.name, s.labels.get("le")): s.value
+               for family in text_string_to_metric_families(resp.text) for s in family.samples}
+    assert samples[("sagaflow_sagas_started_total", None)] == 1
+    assert samples[("sagaflow_step_duration_seconds_count", None)] == 1
+    assert samples[("sagaflow_step_duration_seconds_sum", None)] == pytest.approx(0.3)
+    assert samples[("sagaflow_step_duration_seconds_bucket", "0.25")] == 0
+    assert samples[("sagaflow_step_duration_seconds_bucket", "0.5")] == 1

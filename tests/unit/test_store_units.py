@@ -41,6 +41,25 @@ def test_settings_read_saga_list_from_env(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.sagas == ["a.b:C", "d.e:F"] and settings.reply_batch_size == 50
 
 
+def test_compaction_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import timedelta
+
+    from pydantic import ValidationError
+
+    assert CoordinatorSettings().compact_interval == timedelta(0)  # off unless asked for
+    monkeypatch.setenv("SAGAFLOW_COMPACT_INTERVAL", "PT10M")
+    monkeypatch.setenv("SAGAFLOW_COMPACT_MIN_EVENTS", "50")
+    monkeypatch.setenv("SAGAFLOW_COMPACT_ARCHIVE", "true")
+    settings = CoordinatorSettings()
+    assert (settings.compact_interval, settings.compact_min_events, settings.compact_archive) \
+        == (timedelta(minutes=10), 50, True)
+    for name, bad in (("SAGAFLOW_COMPACT_INTERVAL", "-PT5S"), ("SAGAFLOW_COMPACT_MIN_EVENTS", "0")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValidationError):
+            CoordinatorSettings()
+        monkeypatch.delenv(name)
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [("nocolon", "must look like"), ("no_such_module_x:Saga", "cannot import"),

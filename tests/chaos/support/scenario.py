@@ -6,7 +6,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tests.chaos.support.audit import Audit, Poison, audit, summary
@@ -27,14 +27,25 @@ async def finish(
     unknown_sagas: set[uuid.UUID] | None = None,
     forged_commands: set[uuid.UUID] | None = None,
     extra: dict[str, object] | None = None,
+    at_least: Mapping[str, int] | None = None,
 ) -> Audit:
-    """Wait until every saga settled (bounded), audit the invariants, print the summary."""
+    """Wait until every saga settled (bounded), audit the invariants, print the summary.
+
+    ``at_least`` gives a lower bound per fault (a key of ``faults`` or of ``extra``): a fault
+    that fired fewer times is a violation, so a scenario whose faults silently stopped
+    firing fails instead of passing on a quiet run.
+    """
     await wait_settled(stack.dsn("coordinator"), len(orders), settle_timeout)
     result = await audit(stack, orders, poison=poison or [],
                          unknown_sagas=unknown_sagas or set(),
                          forged_commands=forged_commands or set())
     if callable(faults):
         faults = faults()  # counted once everything settled
+    counted: dict[str, object] = {**(extra or {}), **faults}
+    for fault, bound in (at_least or {}).items():
+        fired = counted.get(fault)
+        if not isinstance(fired, int) or fired < bound:
+            result.fail(f"fault {fault} fired {fired} times, the scenario needs {bound}")
     crashed = [n for n in stack.dead_processes() if stack.procs[n].kills == 0]
     for proc in crashed:
         result.fail(f"process {proc} exited on its own:\n{stack.log_tail(proc, 15)}")
