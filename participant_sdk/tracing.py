@@ -2,9 +2,9 @@
 
 Uses only the OpenTelemetry API: with no SDK configured every call is a no-op.
 
-A message may carry two ``traceparent`` headers: the one sagaflow wrote explicitly (the relay's
-publish span, the participant's process span) and one appended by the aiokafka
-instrumentation's own send span. The first one, sagaflow's, is the one continued.
+sagaflow sends exactly one ``traceparent`` per message (``telemetry`` keeps the aiokafka
+instrumentation from appending its own). A message from another sender may still repeat the
+header; the first one is the one continued.
 """
 
 from __future__ import annotations
