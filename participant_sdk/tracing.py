@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -48,9 +49,15 @@ def consumer_span(
 
     Log records inside the block carry the command's saga id.
     """
-    if not enabled():  # no provider installed: skip parsing headers and building attributes
-        with saga_context(command.saga_id):
-            yield trace.INVALID_SPAN
+    if not enabled():
+        # Not tracing here: carry the command's context on unchanged, so that the reply still
+        # continues the saga's trace (as a W3C intermediary that records nothing should).
+        token = otel_context.attach(propagate.extract(carrier(headers)))
+        try:
+            with saga_context(command.saga_id):
+                yield trace.INVALID_SPAN
+        finally:
+            otel_context.detach(token)
         return
     parent = propagate.extract(carrier(headers))
     tracer = trace.get_tracer(_TRACER_NAME)
