@@ -104,7 +104,8 @@ async def handle_reply_batch(
                 reply.saga_id,
                 ReplyReceived(reply=reply),
                 actor=f"participant:{reply.participant}",
-                dead_letter=letter,
+                # Already kept above when malformed: one dead letter per record.
+                dead_letter=letter if decoded.malformed is None else None,
                 trace_context=spans.start(record, reply),
             )
         )

@@ -1,11 +1,13 @@
 """The wire protocol between the coordinator and participants: the contract.
 
-Everything a participant written in any language needs is here: topic names, Kafka header
-names, and the JSON command and reply envelopes. Messages are UTF-8 JSON objects; the Kafka
-key is always the saga id, so all messages of one saga land in one partition, in order.
+The reference implementation of ``docs/wire-protocol.md``: topic names, Kafka header names,
+limits, and the JSON command and reply envelopes (``docs/asyncapi.json`` is generated from
+these models). Messages are UTF-8 JSON objects; the Kafka key is always the saga id, so all
+messages of one saga land in one partition, in order.
 
 Compatibility rule: ``protocol`` is the envelope version. A reader accepts every version up to
-its own and ignores unknown fields, so new optional fields never need a version bump.
+its own and ignores unknown fields, so new optional fields never need a version bump; a reply
+is written in its command's version.
 """
 
 from __future__ import annotations
@@ -277,8 +279,13 @@ def make_reply(
     result: dict[str, Any] | None = None,
     error: ErrorInfo | None = None,
 ) -> ReplyEnvelope:
-    """The reply to ``command`` (ids, saga, step, phase and attempt copied from it)."""
+    """The reply to ``command`` (ids, saga, step, phase and attempt copied from it).
+
+    It is written in the command's protocol version, so a coordinator can always read the
+    replies to what it sent while participants are upgraded first.
+    """
     return ReplyEnvelope(
+        protocol=min(command.protocol, PROTOCOL_VERSION),
         message_id=reply_message_id(command.message_id),
         in_reply_to=command.message_id,
         saga_id=command.saga_id,

@@ -154,6 +154,8 @@ def _check_addressed(command: CommandEnvelope, reply: ReplyEnvelope) -> None:
     copied = ("saga_id", "step", "phase", "attempt", "participant")
     wrong = [f"{name}={getattr(reply, name)!r} (command: {getattr(command, name)!r})"
              for name in copied if getattr(reply, name) != getattr(command, name)]
+    if reply.protocol > command.protocol:
+        wrong.append(f"protocol={reply.protocol} (newer than the command's {command.protocol})")
     if wrong:
         raise CaseFailed("reply does not copy the command's " + ", ".join(wrong))
 
