@@ -98,6 +98,8 @@ class _Session:
         self.config = config
         self.sent: dict[uuid.UUID, CommandEnvelope] = {}
         self._answered_once = False
+        #: Why the remaining cases are not worth running (the participant never answered).
+        self.unreachable: str | None = None
 
     def command(self, action: ActionSpec | str, phase: Phase, saga_id: uuid.UUID, *,
                 attempt: int = 1, participant: str | None = None) -> CommandEnvelope:
@@ -117,6 +119,10 @@ class _Session:
         try:
             received = await self.wire.reply(command.message_id, timeout, seen=seen)
         except TimeoutError as exc:
+            if not self.wire.received:  # not one reply yet: every other case would wait too
+                self.unreachable = (
+                    f"no reply at all; is {self.config.participant!r} running, consuming "
+                    f"{self.wire.command_topic!r} and replying to the command's reply_to?")
             raise CaseFailed(f"{command.phase.value} attempt {command.attempt}: {exc}") from None
         self._answered_once = True
         assert received.reply is not None
@@ -372,10 +378,13 @@ async def run_cases(
                  for name, case in ONCE]
         for name, case, action in plan:
             started = time.monotonic()
-            try:
-                detail, passed = await case(session, action), True
-            except CaseFailed as exc:
-                detail, passed = str(exc), False
+            if session.unreachable:
+                detail, passed = "not run: " + session.unreachable, False
+            else:
+                try:
+                    detail, passed = await case(session, action), True
+                except CaseFailed as exc:
+                    detail, passed = str(exc), False
             result = CaseResult(name, passed, detail, time.monotonic() - started)
             results.append(result)
             if on_result is not None:

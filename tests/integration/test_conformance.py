@@ -143,3 +143,16 @@ async def test_the_kit_fails_a_participant_without_a_barrier(
         "duplicate forward answered from the barrier"]
     # Everything else about its wire behaviour is right, and the kit says so.
     assert sum(r.passed for r in results) == len(results) - 4
+
+
+async def test_a_participant_that_never_answers_fails_fast(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    await create_topics(kafka_bootstrap, {command_topic("ghost", topic_prefix): 1})
+    config = KitConfig(bootstrap=kafka_bootstrap, prefix=topic_prefix, participant="ghost",
+                       actions=(ActionSpec("x", "saga"),), timeout=2, startup_timeout=2)
+    started = asyncio.get_running_loop().time()
+    results = await run_cases(config)
+    assert not any(r.passed for r in results)
+    assert all("no reply at all" in r.detail for r in results[1:]), results[1].line()
+    assert asyncio.get_running_loop().time() - started < 15  # not one timeout per case
