@@ -28,7 +28,8 @@ MAX_TOPIC_LENGTH: Final = 249
 MAX_ERROR_MESSAGE_LENGTH: Final = 8192
 #: Longest ``error.type``; truncated like ``error.message``.
 MAX_ERROR_TYPE_LENGTH: Final = 256
-#: Longest string anywhere in an envelope (payload and result included).
+#: Longest string field, and longest top-level key of ``payload`` / ``result`` (values nested
+#: inside those are limited only by Kafka's record size).
 MAX_STRING_LENGTH: Final = 1_000_000
 #: Appended to a string cut to its limit, so a reader sees that it was cut.
 TRUNCATION_MARK: Final = "…[truncated]"
