@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="an action it handles, TCC (default) or saga step; repeatable")
     p.add_argument("--payload", action="append", default=[], metavar="NAME=JSON",
                    help="a payload the action accepts (default {}); repeatable")
+    p.add_argument("--reply-topic", help="an existing topic for the replies, where the kit may "
+                   "not create topics (default: a private topic, created and deleted)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a reply")
     p.add_argument("--startup-timeout", type=float, default=30.0,
                    help="seconds to wait for the first reply")
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--bootstrap is required (or set SAGAFLOW_KAFKA_BOOTSTRAP)")
     config = KitConfig(bootstrap=args.bootstrap, prefix=args.prefix,
                        participant=args.participant, actions=_actions(parser, args),
-                       timeout=args.timeout, startup_timeout=args.startup_timeout)
+                       timeout=args.timeout, startup_timeout=args.startup_timeout,
+                       reply_topic=args.reply_topic)
 
     def show(result: CaseResult) -> None:
         print(result.line(), flush=True)

@@ -72,6 +72,8 @@ class KitConfig:
     timeout: float = 10.0
     #: Seconds to wait for the very first reply (the participant may still be joining).
     startup_timeout: float = 30.0
+    #: An existing topic for the replies (kept); default: a private one made for the run.
+    reply_topic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +372,8 @@ async def run_cases(
     if not config.actions:
         raise ValueError("name at least one action")
     results: list[CaseResult] = []
-    async with KitWire(config.bootstrap, config.prefix, config.participant) as wire:
+    async with KitWire(config.bootstrap, config.prefix, config.participant,
+                       config.reply_topic) as wire:
         session = _Session(wire, config)
         plan = [(f"{config.participant}/{a.name} {a.kind}: {name}", case, a)
                 for a in config.actions for name, case, kinds in PER_ACTION if a.kind in kinds]

@@ -52,10 +52,14 @@ class Received:
 class KitWire:
     """Producer to the participant's command topic, consumer of the private reply topic."""
 
-    def __init__(self, bootstrap: str, prefix: str, participant: str) -> None:
+    def __init__(
+        self, bootstrap: str, prefix: str, participant: str, reply_topic: str | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.command_topic = command_topic(participant, prefix)
-        self.reply_topic = f"{prefix}.conformance-{uuid.uuid4().hex[:12]}.replies"
+        #: A topic given by the caller exists already and is kept; else one is made for the run.
+        self._own_topic = reply_topic is None
+        self.reply_topic = reply_topic or f"{prefix}.conformance-{uuid.uuid4().hex[:12]}.replies"
         self.received: list[Received] = []
         self._arrived = asyncio.Condition()
         self._producer: AIOKafkaProducer | None = None
@@ -63,13 +67,14 @@ class KitWire:
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Self:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics(
-                [NewTopic(self.reply_topic, num_partitions=1, replication_factor=1)])
-        finally:
-            await admin.close()
+        if self._own_topic:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await admin.start()
+            try:
+                await admin.create_topics(
+                    [NewTopic(self.reply_topic, num_partitions=1, replication_factor=1)])
+            finally:
+                await admin.close()
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True)
         await self._producer.start()
@@ -77,9 +82,12 @@ class KitWire:
             bootstrap_servers=self.bootstrap, enable_auto_commit=False,
             auto_offset_reset="earliest")
         await self._consumer.start()
-        tp = TopicPartition(self.reply_topic, 0)
-        self._consumer.assign([tp])
-        await self._consumer.seek_to_beginning(tp)
+        parts = [TopicPartition(self.reply_topic, p)
+                 for p in sorted(await self._producer.partitions_for(self.reply_topic))]
+        self._consumer.assign(parts)
+        # A given topic may hold older traffic: only what arrives from now on is ours.
+        await (self._consumer.seek_to_beginning(*parts) if self._own_topic
+               else self._consumer.seek_to_end(*parts))
         self._reader = asyncio.create_task(self._read(), name="conformance-replies")
         return self
 
@@ -95,6 +103,8 @@ class KitWire:
             await self._consumer.stop()
         if self._producer is not None:
             await self._producer.stop()
+        if not self._own_topic:
+            return
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         with contextlib.suppress(Exception):  # best effort: a leftover topic harms nothing
             await admin.start()
