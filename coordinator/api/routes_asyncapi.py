@@ -23,6 +23,9 @@ def _document() -> dict[str, Any]:
     return asyncapi_document()
 
 
-@router.get("/asyncapi.json", summary="The wire protocol as an AsyncAPI 3.0 document")
+# Out of the OpenAPI schema, like /openapi.json and /metrics: a public document, not an
+# operator endpoint (the API's auth tests walk the schema and expect 401 without a token).
+@router.get("/asyncapi.json", summary="The wire protocol as an AsyncAPI 3.0 document",
+            include_in_schema=False)
 async def get_asyncapi() -> dict[str, Any]:
     return _document()
