@@ -15,6 +15,7 @@ from typing import Protocol
 
 from coordinator.engine import ReplyReceived
 from coordinator.observability.tracing import ReplySpans
+from coordinator.reply_decoding import decode_reply_leniently
 from coordinator.store import (
     ApplyOutcome,
     ApplyResult,
@@ -24,7 +25,7 @@ from coordinator.store import (
 )
 from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.dead_letters import DeadLetter
-from participant_sdk.protocol import ProtocolError, decode_reply
+from participant_sdk.protocol import ProtocolError
 
 __all__ = ["BatchResult", "ReplyRecord", "fire_due_timers", "handle_reply_batch"]
 
@@ -57,7 +58,8 @@ class BatchResult:
 
     applied: int = 0
     ignored: int = 0
-    #: Records kept as dead letters: undecodable, unknown saga, or refused by the core.
+    #: Records kept as dead letters: undecodable, unknown saga, or refused by the core (a
+    #: malformed but addressed reply is applied as a failed attempt *and* kept here).
     dead_lettered: int = 0
     results: list[ApplyResult] = field(default_factory=list)
 
@@ -88,16 +90,22 @@ async def handle_reply_batch(
             undecodable.append(_with_reason(letter, "record has no value"))
             continue
         try:
-            reply = decode_reply(record.value)
+            decoded = decode_reply_leniently(record.value)
         except ProtocolError as exc:
             undecodable.append(_with_reason(letter, str(exc)))
             continue
+        reply = decoded.reply
+        if decoded.malformed is not None:
+            # The attempt fails on the saga; the raw bytes stay for whoever fixes the sender.
+            undecodable.append(_with_reason(
+                letter, f"{decoded.malformed} (applied as a failed attempt)"))
         pending.append(
             PendingEvent(
                 reply.saga_id,
                 ReplyReceived(reply=reply),
                 actor=f"participant:{reply.participant}",
-                dead_letter=letter,
+                # Already kept above when malformed: one dead letter per record.
+                dead_letter=letter if decoded.malformed is None else None,
                 trace_context=spans.start(record, reply),
             )
         )

@@ -1,22 +1,38 @@
 """The wire protocol between the coordinator and participants: the contract.
 
-Everything a participant written in any language needs is here: topic names, Kafka header
-names, and the JSON command and reply envelopes. Messages are UTF-8 JSON objects; the Kafka
-key is always the saga id, so all messages of one saga land in one partition, in order.
+The reference implementation of ``docs/wire-protocol.md``: topic names, Kafka header names,
+limits, and the JSON command and reply envelopes (``docs/asyncapi.json`` is generated from
+these models). Messages are UTF-8 JSON objects; the Kafka key is always the saga id, so all
+messages of one saga land in one partition, in order.
 
 Compatibility rule: ``protocol`` is the envelope version. A reader accepts every version up to
-its own and ignores unknown fields, so new optional fields never need a version bump.
+its own and ignores unknown fields, so new optional fields never need a version bump; a reply
+is written in its command's version.
 """
 
 from __future__ import annotations
 
 import uuid
 from enum import StrEnum
-from typing import Any, Final, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 PROTOCOL_VERSION: Final = 1
+
+#: Longest ``saga_type``, ``step``, ``participant`` and ``action`` (Unicode code points).
+MAX_NAME_LENGTH: Final = 200
+#: Longest ``reply_to``: Kafka's limit on a topic name.
+MAX_TOPIC_LENGTH: Final = 249
+#: Longest ``error.message``; a reader truncates a longer one rather than refusing the reply.
+MAX_ERROR_MESSAGE_LENGTH: Final = 8192
+#: Longest ``error.type``; truncated like ``error.message``.
+MAX_ERROR_TYPE_LENGTH: Final = 256
+#: Longest string field, and longest top-level key of ``payload`` / ``result`` (values nested
+#: inside those are limited only by Kafka's record size).
+MAX_STRING_LENGTH: Final = 1_000_000
+#: Appended to a string cut to its limit, so a reader sees that it was cut.
+TRUNCATION_MARK: Final = "…[truncated]"
 
 #: Default prefix of every topic the product uses; deployments may choose another.
 DEFAULT_TOPIC_PREFIX: Final = "saga"
@@ -84,13 +100,29 @@ class ErrorKind(StrEnum):
     BARRIER_REFUSED = "barrier_refused"
     #: The participant could not decode or route the command. Non-retryable.
     BAD_COMMAND = "bad_command"
+    #: Set by the coordinator, never sent by a participant: the reply was addressed to the
+    #: outstanding command but otherwise invalid (e.g. ``result`` not an object). Non-retryable:
+    #: the barrier would answer a retry with the same malformed reply.
+    MALFORMED_REPLY = "malformed_reply"
 
     @property
     def retryable(self) -> bool:
         return self in (ErrorKind.TRANSIENT, ErrorKind.UNEXPECTED)
 
 
-_ENVELOPE_CONFIG = ConfigDict(extra="ignore", frozen=True, str_max_length=1_000_000)
+_ENVELOPE_CONFIG = ConfigDict(extra="ignore", frozen=True, str_max_length=MAX_STRING_LENGTH)
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` code points, ending with :data:`TRUNCATION_MARK` when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(TRUNCATION_MARK)] + TRUNCATION_MARK
+
+
+def _truncating(limit: int) -> BeforeValidator:
+    """A long diagnostic text is cut, not refused: refusing would lose the whole reply."""
+    return BeforeValidator(lambda v: truncate(v, limit) if isinstance(v, str) else v)
 
 
 class ErrorInfo(BaseModel):
@@ -99,8 +131,15 @@ class ErrorInfo(BaseModel):
     model_config = _ENVELOPE_CONFIG
 
     kind: ErrorKind
-    message: str = Field(max_length=8192)
-    type: str | None = Field(default=None, max_length=256, description="Exception class name.")
+    message: Annotated[str, _truncating(MAX_ERROR_MESSAGE_LENGTH)] = Field(
+        max_length=MAX_ERROR_MESSAGE_LENGTH,
+        description="Human-readable reason. Longer text is truncated by the reader.",
+    )
+    type: Annotated[str | None, _truncating(MAX_ERROR_TYPE_LENGTH)] = Field(
+        default=None,
+        max_length=MAX_ERROR_TYPE_LENGTH,
+        description="Exception class name, or null. Longer text is truncated by the reader.",
+    )
 
 
 class CommandEnvelope(BaseModel):
@@ -112,17 +151,44 @@ class CommandEnvelope(BaseModel):
 
     model_config = _ENVELOPE_CONFIG
 
-    protocol: int = Field(default=PROTOCOL_VERSION, ge=1)
-    message_id: uuid.UUID
-    saga_id: uuid.UUID
-    saga_type: str = Field(min_length=1, max_length=200)
-    step: str = Field(min_length=1, max_length=200)
-    phase: Phase
-    attempt: int = Field(ge=1)
-    participant: str = Field(min_length=1, max_length=200)
-    action: str = Field(min_length=1, max_length=200)
-    payload: dict[str, Any] = Field(default_factory=dict)
-    reply_to: str = Field(min_length=1, max_length=249)
+    protocol: int = Field(
+        default=PROTOCOL_VERSION, ge=1,
+        description="Envelope version. A reader refuses a version above its own.",
+    )
+    message_id: uuid.UUID = Field(
+        description="Unique per command; a retry (next attempt) gets a new one, a re-send of "
+        "the same command keeps it. Also in the saga-message-id header.",
+    )
+    saga_id: uuid.UUID = Field(description="The saga; also the Kafka key.")
+    saga_type: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="Name of the saga definition.",
+    )
+    step: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH,
+        description="Step name, unique within the saga. Part of the barrier key.",
+    )
+    phase: Phase = Field(description="Which handler: part of the barrier key.")
+    attempt: int = Field(
+        ge=1, description="1 for the first send of this phase, +1 for every retry.",
+    )
+    participant: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH,
+        description="Addressee; a participant refuses a command addressed to another name.",
+    )
+    action: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH,
+        description="The step's forward action, on every phase (confirm, cancel and "
+        "compensate included): route on (action, phase).",
+    )
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The step's input, a JSON object. Every phase of a step carries the same "
+        "payload as its try/action.",
+    )
+    reply_to: str = Field(
+        min_length=1, max_length=MAX_TOPIC_LENGTH,
+        description="Topic to publish the reply to (the coordinator's replies topic).",
+    )
 
 
 class ReplyEnvelope(BaseModel):
@@ -130,17 +196,32 @@ class ReplyEnvelope(BaseModel):
 
     model_config = _ENVELOPE_CONFIG
 
-    protocol: int = Field(default=PROTOCOL_VERSION, ge=1)
-    message_id: uuid.UUID
-    in_reply_to: uuid.UUID
-    saga_id: uuid.UUID
-    step: str = Field(min_length=1, max_length=200)
-    phase: Phase
-    attempt: int = Field(ge=1)
-    participant: str = Field(min_length=1, max_length=200)
-    outcome: Outcome
-    result: dict[str, Any] | None = None
-    error: ErrorInfo | None = None
+    protocol: int = Field(
+        default=PROTOCOL_VERSION, ge=1,
+        description="Envelope version; at most the coordinator's.",
+    )
+    message_id: uuid.UUID = Field(
+        description="uuid5(REPLY_ID_NAMESPACE, text of in_reply_to): a re-sent reply keeps it.",
+    )
+    in_reply_to: uuid.UUID = Field(description="message_id of the command answered.")
+    saga_id: uuid.UUID = Field(description="Copied from the command; also the Kafka key.")
+    step: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="Copied from the command.",
+    )
+    phase: Phase = Field(description="Copied from the command.")
+    attempt: int = Field(ge=1, description="Copied from the command.")
+    participant: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="Copied from the command.",
+    )
+    outcome: Outcome = Field(description="ok, rejected (final) or failed (retried per policy).")
+    result: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON object or null: the handler's result on ok, a business "
+        "refusal's details on rejected. Never a bare number, string or array.",
+    )
+    error: ErrorInfo | None = Field(
+        default=None, description="Null on ok; why, on rejected and failed.",
+    )
 
 
 class ProtocolError(ValueError):
@@ -199,8 +280,13 @@ def make_reply(
     result: dict[str, Any] | None = None,
     error: ErrorInfo | None = None,
 ) -> ReplyEnvelope:
-    """The reply to ``command`` (ids, saga, step, phase and attempt copied from it)."""
+    """The reply to ``command`` (ids, saga, step, phase and attempt copied from it).
+
+    It is written in the command's protocol version, so a coordinator can always read the
+    replies to what it sent while participants are upgraded first.
+    """
     return ReplyEnvelope(
+        protocol=min(command.protocol, PROTOCOL_VERSION),
         message_id=reply_message_id(command.message_id),
         in_reply_to=command.message_id,
         saga_id=command.saga_id,

@@ -116,6 +116,21 @@ def _instrument(provider: TracerProvider) -> None:
     for instrumentor in instrumentors:
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=provider)
+    _uninstrument_kafka_send()
+
+
+def _uninstrument_kafka_send() -> None:
+    """Keep exactly one ``traceparent`` on every message sagaflow sends.
+
+    The relay and the participant put the saga's trace context on their messages themselves.
+    The aiokafka instrumentation's ``send`` wrapper would append a second ``traceparent`` for
+    its own send span, which has no parent there and so is unsampled; a client that keeps the
+    last header would continue that dead trace. The consumer side stays instrumented.
+    """
+    import aiokafka
+    from opentelemetry.instrumentation.utils import unwrap
+
+    unwrap(aiokafka.AIOKafkaProducer, "send")
 
 
 def configure(service_name: str, *, instrument: bool = True) -> TracerProvider | None:

@@ -2,9 +2,9 @@
 
 Uses only the OpenTelemetry API: with no SDK configured every call is a no-op.
 
-A message may carry two ``traceparent`` headers: the one sagaflow wrote explicitly (the relay's
-publish span, the participant's process span) and one appended by the aiokafka
-instrumentation's own send span. The first one, sagaflow's, is the one continued.
+sagaflow sends exactly one ``traceparent`` per message (``telemetry`` keeps the aiokafka
+instrumentation from appending its own). A message from another sender may still repeat the
+header; the first one is the one continued.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -48,9 +49,15 @@ def consumer_span(
 
     Log records inside the block carry the command's saga id.
     """
-    if not enabled():  # no provider installed: skip parsing headers and building attributes
-        with saga_context(command.saga_id):
-            yield trace.INVALID_SPAN
+    if not enabled():
+        # Not tracing here: carry the command's context on unchanged, so that the reply still
+        # continues the saga's trace (as a W3C intermediary that records nothing should).
+        token = otel_context.attach(propagate.extract(carrier(headers)))
+        try:
+            with saga_context(command.saga_id):
+                yield trace.INVALID_SPAN
+        finally:
+            otel_context.detach(token)
         return
     parent = propagate.extract(carrier(headers))
     tracer = trace.get_tracer(_TRACER_NAME)

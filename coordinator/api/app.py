@@ -14,6 +14,7 @@ from coordinator.api.auth import TokenAuth
 from coordinator.api.deps import Context
 from coordinator.api.errors import install_error_handlers
 from coordinator.api.jobs import RepairJobRunner
+from coordinator.api.routes_asyncapi import router as asyncapi_router
 from coordinator.api.routes_dead_letters import router as dead_letters_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_sagas import router as sagas_router
@@ -100,6 +101,7 @@ def create_app(
     app.include_router(jobs_router)
     app.include_router(verify_router)
     app.include_router(dead_letters_router)
+    app.include_router(asyncapi_router)
     mount_observability(app, metrics=metrics)
     return app
 

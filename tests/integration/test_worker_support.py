@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +24,8 @@ from participant_sdk.protocol import (
 )
 from tests.integration.test_store_support import reply_to
 
-#: Given a command, the replies to send (none: the reply is lost).
-Script = Callable[[CommandEnvelope], list[ReplyEnvelope]]
+#: Given a command, the replies to send (none: the reply is lost; bytes: sent as they are).
+Script = Callable[[CommandEnvelope], list[ReplyEnvelope] | list[ReplyEnvelope | bytes]]
 
 
 async def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
@@ -75,8 +76,12 @@ class ScriptedParticipant:
                     for reply in self.script(command):
                         await self.send(reply, command.reply_to)
 
-    async def send(self, reply: ReplyEnvelope, topic: str) -> None:
+    async def send(self, reply: ReplyEnvelope | bytes, topic: str) -> None:
         assert self.producer is not None
+        if isinstance(reply, bytes):  # a deliberately malformed body, keyed like a reply
+            key = str(json.loads(reply)["saga_id"]).encode()
+            await self.producer.send_and_wait(topic, reply, key=key)
+            return
         await self.producer.send_and_wait(
             topic,
             encode(reply), key=str(reply.saga_id).encode(), headers=envelope_headers(reply),
