@@ -47,9 +47,12 @@ def _ranks(states: Sequence[str], transitions: Sequence[Transition]) -> dict[str
             if target not in rank:
                 rank[target] = rank[state] + 1
                 queue.append(target)
-    deepest = max(rank.values(), default=0)
+    # Ends (terminal states and dead) share the last row, so edges into them point down.
+    ends = _TERMINAL | {"dead"}
+    deepest = max((r for s, r in rank.items() if s not in ends), default=0)
     for state in states:
-        rank.setdefault(state, deepest + 1)  # unreachable from start (none today)
+        if state in ends or state not in rank:  # (nothing is unreachable from start today)
+            rank[state] = deepest + 1
     return rank
 
 
@@ -68,7 +71,7 @@ def layout(states: Sequence[str], transitions: Sequence[Transition]) -> Layout:
         for state in row:
             boxes[state] = Box(state, x, _PAD + r * (_BOX_H + _GAP_Y), widths[state])
             x += widths[state] + _GAP_X
-    height = _PAD * 2 + (max(rows, default=0) + 1) * (_BOX_H + _GAP_Y) - _GAP_Y
+    height = _PAD * 2 + (max(rows, default=0) + 1) * (_BOX_H + _GAP_Y) - _GAP_Y + 30
     return Layout(boxes, width, height)
 
 
@@ -77,7 +80,10 @@ def _edge(a: Box, b: Box, label: str) -> str:
         x1, y1, x2, y2 = a.x + a.w / 2, a.y + _BOX_H, b.x + b.w / 2, b.y
         mid = (y1 + y2) / 2
         path = f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
-    else:  # same row or back to an earlier one: loop out on the right side
+    elif b.y == a.y:  # same row: bow below it
+        x1, x2, y = a.x + a.w / 2, b.x + b.w / 2, a.y + _BOX_H
+        path = f"M{x1:.0f},{y:.0f} C{x1:.0f},{y + 30:.0f} {x2:.0f},{y + 30:.0f} {x2:.0f},{y:.0f}"
+    else:  # back to an earlier row (a repair, a retry): loop out on the right side
         x1, y1 = a.x + a.w, a.y + _BOX_H / 2
         x2, y2 = b.x + b.w, b.y + _BOX_H / 2
         bend = max(x1, x2) + 40
