@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the api_store fixture is imported from test_api_support)
 """The web UI over HTTP on a real database: sign-in, CSRF, roles, repairs, search, offline docs.
 
 (The browser tests in tests/e2e/test_ui_browser.py drive the same pages in Chromium.)
@@ -15,12 +16,12 @@ import pytest
 from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.store import SagaStore
 from coordinator.ui import UiSettings
-from tests.integration.test_api_support import (  # noqa: F401 - api_store is a fixture
+from tests.integration.test_api_support import (
     ADMIN,
     OPERATOR,
     TOKENS,
     VIEWER,
-    api_store,
+    api_store,  # noqa: F401
     make_dead,
 )
 from tests.integration.test_store_support import ManualClock
@@ -164,3 +165,18 @@ async def test_docs_and_every_asset_are_served_by_the_app(ui: Browser) -> None:
     page = await ui.client.get("/ui/")
     for url in re.findall(r'(?:src|href)="(/ui/static/[^"]+)"', page.text):
         assert (await ui.client.get(url)).status_code == 200, url
+
+
+async def test_every_page_of_the_menu_renders(ui: Browser) -> None:
+    [saga_id] = await make_dead(ui.store, ui.clock)
+    await ui.sign_in(ADMIN)
+    menu = re.findall(r'<nav>(.*?)</nav>', (await ui.client.get("/ui/")).text, re.S)[0]
+    paths = re.findall(r'href="(/ui/[^"]*)"', menu)
+    assert len(paths) == 6
+    for path in [*paths, f"/ui/sagas/{saga_id}", f"/ui/sagas/{saga_id}/trace",
+                 f"/ui/sagas/{saga_id}/live", "/ui/sagas?status=dead&sort=updated_at"]:
+        answer = await ui.client.get(path)
+        assert answer.status_code == 200, (path, answer.text[:300])
+    assert "ship_order" in (await ui.client.get("/ui/types")).text
+    trace = (await ui.client.get(f"/ui/sagas/{saga_id}/trace")).text
+    assert "SAGAFLOW_JAEGER_QUERY" in trace
