@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -22,8 +22,10 @@ from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
 from coordinator.relay_wake import start_relay_waker
 from coordinator.store import SagaStore
-from coordinator.ui import UiSettings, mount_ui
 from participant_sdk.pools import create_pool
+
+if TYPE_CHECKING:
+    from coordinator.ui import UiSettings
 
 __all__ = ["create_app"]
 
@@ -102,6 +104,8 @@ def create_app(
     app.include_router(jobs_router)
     app.include_router(dead_letters_router)
     mount_observability(app, metrics=metrics)
+    from coordinator.ui import mount_ui  # the UI imports the API's modules: import it late
+
     mount_ui(app, ui)
     return app
 

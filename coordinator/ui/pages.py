@@ -69,7 +69,7 @@ async def overview(request: Request) -> Response:
     ctx = api_context(request)
     async with ctx.store.pool.acquire() as conn:
         figures = await queries.overview(conn, ctx.now())
-        stuck = len(await ctx.stuck_ids(conn))
+        stuck = await ui_state(request).stuck_count(lambda: ctx.stuck_ids(conn), ctx.now())
         dead = await list_sagas(conn, SagaFilter(status=Status.DEAD), now=ctx.now(),
                                 stuck_ids=(), limit=8)
         jobs = [j for j in await queries.recent_jobs(conn, 5) if j["status"] != "done"]
@@ -115,12 +115,15 @@ async def sagas(
             if await ctx.store.get_saga(bounds[0]) is not None:
                 return redirect(request, f"/ui/sagas/{bounds[0]}")
     async with ctx.store.pool.acquire() as conn:
-        stuck_ids = await ctx.stuck_ids(conn)
+        # Only the stuck filter needs every stuck saga; otherwise check the page's rows.
+        stuck_ids = await ctx.stuck_ids(conn) if f.stuck is not None else frozenset()
         try:
             found = await list_sagas(conn, f, now=ctx.now(), stuck_ids=stuck_ids, sort=sort,
                                      limit=limit, cursor=cursor, id_range=bounds)
         except BadRequest as exc:  # a cursor of another sort order, or garbled
             raise UiError(400, exc.message) from None
+        if f.stuck is None:
+            stuck_ids = await ctx.stuck_ids(conn, among=[r.saga_id for r in found.items])
     params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     rows = [summary(r, r.saga_id in stuck_ids) for r in found.items]
     return page(request, "sagas.html", me=me, rows=rows, next_cursor=found.next_cursor,
@@ -141,7 +144,7 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
     me = signed_in(request)
     ctx = api_context(request)
     record = await _record(ctx, saga_id)
-    stuck = record.saga_id in await ctx.stuck_ids(ctx.store.pool)
+    stuck = record.saga_id in await ctx.stuck_ids(ctx.store.pool, among=[saga_id])
     d = detail(record, stuck)
     after = 0 if history == "all" else max(record.history_seq - HISTORY_ROWS, 0)
     async with ctx.store.pool.acquire() as conn:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -66,11 +67,23 @@ def _templates() -> Jinja2Templates:
     return t
 
 
+#: How long the overview reuses its count of stuck sagas (a scan of every saga in flight).
+STUCK_COUNT_TTL = timedelta(seconds=10)
+
+
 @dataclass
 class UiState:
     settings: UiSettings
     codec: SessionCodec
     templates: Jinja2Templates
+    _stuck: tuple[datetime, int] | None = None
+
+    async def stuck_count(self, scan: Callable[[], Awaitable[Collection[Any]]],
+                          now: datetime) -> int:
+        """The number of stuck sagas, scanned at most once per ``STUCK_COUNT_TTL``."""
+        if self._stuck is None or now - self._stuck[0] > STUCK_COUNT_TTL:
+            self._stuck = (now, len(await scan()))
+        return self._stuck[1]
 
     @classmethod
     def build(cls, settings: UiSettings) -> UiState:
