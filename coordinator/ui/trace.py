@@ -115,8 +115,8 @@ def span_rows(data: Mapping[str, Any], *, with_db: bool = False) -> TraceView:
                      total_spans=len(every))
 
 
-async def fetch_trace(base_url: str | None, trace_id: str | None, *,
-                      wait: float) -> TraceFetch:
+async def fetch_trace(base_url: str | None, trace_id: str | None, *, wait: float,
+                      transport: httpx.AsyncBaseTransport | None = None) -> TraceFetch:
     """``GET {base_url}/api/traces/{trace_id}``, with a sentence for every way it can fail."""
     if not base_url:
         return TraceFetch(None, "Tracing is not configured: set SAGAFLOW_JAEGER_QUERY to "
@@ -125,7 +125,7 @@ async def fetch_trace(base_url: str | None, trace_id: str | None, *,
         return TraceFetch(None, "This saga carries no trace context.")
     url = f"{base_url.rstrip('/')}/api/traces/{trace_id}"
     try:
-        async with httpx.AsyncClient(timeout=wait) as client:
+        async with httpx.AsyncClient(timeout=wait, transport=transport) as client:
             resp = await client.get(url)
     except httpx.HTTPError as exc:
         return TraceFetch(None, f"Jaeger did not answer ({type(exc).__name__}).")

@@ -141,3 +141,30 @@ def test_trace_id_from_traceparent() -> None:
     assert trace_id_of({"traceparent": f"00-{tid}-00f067aa0ba902b7-01"}) == tid
     assert trace_id_of({}) is None
     assert trace_id_of({"traceparent": f"00-{'0' * 32}-00f067aa0ba902b7-01"}) is None
+
+
+async def test_fetch_trace_says_why_there_is_no_trace() -> None:
+    import httpx
+
+    from coordinator.ui.trace import fetch_trace
+
+    tid = TRACE["traceID"]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == f"/api/traces/{tid}":
+            return httpx.Response(200, json={"data": [TRACE]})
+        if request.url.path.endswith("/" + "e" * 32):
+            return httpx.Response(500)
+        return httpx.Response(404, json={"errors": [{"code": 404, "msg": "trace not found"}]})
+
+    mock = httpx.MockTransport(answer)
+    got = await fetch_trace("http://jaeger", tid, wait=1, transport=mock)
+    assert got.problem is None and got.view is not None and got.view.trace_id == tid
+    missing = await fetch_trace("http://jaeger", "f" * 32, wait=1, transport=mock)
+    assert missing.view is None and "no trace" in str(missing.problem)
+    broken = await fetch_trace("http://jaeger", "e" * 32, wait=1, transport=mock)
+    assert "HTTP 500" in str(broken.problem)
+    off = await fetch_trace(None, tid, wait=1)
+    assert "SAGAFLOW_JAEGER_QUERY" in str(off.problem)
+    down = await fetch_trace("http://127.0.0.1:9", tid, wait=1)
+    assert "did not answer" in str(down.problem)
