@@ -8,6 +8,7 @@ Screenshots go to ``$SAGAFLOW_SCREENSHOTS`` (the README's come from
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -17,11 +18,18 @@ from uuid import UUID
 
 import pytest
 
+from coordinator.engine import ReplyReceived
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
 from tests.e2e.browser import api_process, chromium, need_browser
 from tests.integration.test_api_support import INPUT, OPERATOR, TOKENS, VIEWER, make_dead, pump
-from tests.integration.test_store_support import ManualClock, make_registry, migrated
+from tests.integration.test_store_support import (
+    ManualClock,
+    make_registry,
+    migrated,
+    outbox_commands,
+    reply_to,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -35,10 +43,14 @@ class Site:
     dead: list[UUID]
     completed: UUID
     shots: Path
+    dsn: str
+    prefix: str
+    running: UUID
 
 
 @pytest.fixture
-async def seeded(fresh_db: str, topic_prefix: str) -> AsyncIterator[tuple[str, list[UUID], UUID]]:
+async def seeded(fresh_db: str,
+                 topic_prefix: str) -> AsyncIterator[tuple[str, list[UUID], UUID, UUID]]:
     need_browser()
     await migrated(fresh_db)
     clock = ManualClock()
@@ -48,13 +60,14 @@ async def seeded(fresh_db: str, topic_prefix: str) -> AsyncIterator[tuple[str, l
         for _ in range(6):
             await pump(store, clock, script=lambda cmd: Outcome.OK)
         dead = await make_dead(store, clock, n=2)
-    yield fresh_db, dead, done
+        running = (await store.start_saga("ship_order", INPUT)).record.saga_id
+    yield fresh_db, dead, done, running
 
 
 @pytest.fixture
-def site(seeded: tuple[str, list[UUID], UUID], topic_prefix: str,
+def site(seeded: tuple[str, list[UUID], UUID, UUID], topic_prefix: str,
          tmp_path: Path) -> Iterator[Site]:
-    dsn, dead, done = seeded
+    dsn, dead, done, running = seeded
     env = {"SAGAFLOW_API_TOKENS": TOKENS, "SAGAFLOW_UI_SESSION_SECRET": "e2e-secret-123",
            "SAGAFLOW_API_RUN_JOBS": "false", "SAGAFLOW_WAKE_RELAYS": "false"}
     args = ["--dsn", dsn, "--topic-prefix", topic_prefix]
@@ -63,7 +76,7 @@ def site(seeded: tuple[str, list[UUID], UUID], topic_prefix: str,
     shots = Path(os.environ.get("SAGAFLOW_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     with api_process(env, args, tmp_path / "api.log") as base:
-        yield Site(base, dead, done, shots)
+        yield Site(base, dead, done, shots, dsn, topic_prefix, running)
 
 
 def _sign_in(driver: Any, site: Site, token: str) -> None:
@@ -157,3 +170,27 @@ def _sign_in_again_as(driver: Any, site: Site, token: str) -> None:
 
     driver.find_element(By.ID, "sign-out").click()
     _sign_in(driver, site, token)
+
+
+async def _answer_outstanding(site: Site) -> None:
+    """Play the participant: answer the running saga's command, as its reply would."""
+    async with await SagaStore.open(site.dsn, make_registry(site.prefix), max_size=1) as store:
+        for cmd in await outbox_commands(store):
+            if cmd.saga_id == site.running:
+                await store.apply(cmd.saga_id, ReplyReceived(reply=reply_to(cmd, Outcome.OK)),
+                                  actor=f"participant:{cmd.participant}")
+
+
+def test_a_running_saga_page_follows_the_saga_live(site: Site, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with chromium(tmp_path / "profile") as driver:
+        _sign_in(driver, site, VIEWER)
+        driver.get(f"{site.base}/ui/sagas/{site.running}")
+        assert driver.find_element(By.ID, "live-toggle").is_selected()
+        assert "reply_received" not in driver.find_element(By.ID, "history").text
+        asyncio.run(_answer_outstanding(site))
+        WebDriverWait(driver, 15).until(
+            lambda d: "reply_received" in d.find_element(By.ID, "history").text)
+        assert "updated" in driver.find_element(By.ID, "live-note").text
