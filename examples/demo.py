@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from opentelemetry import trace
 
 from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
 from examples.stack import SAGA, SERVICES, fresh_database, processes, stack_commands
+from participant_sdk.telemetry import configure as configure_telemetry
 
 HOME = Path(os.environ.get("SAGAFLOW_DEVSTACK_HOME", Path(__file__).parents[1] / ".local"))
 
@@ -92,6 +94,7 @@ def _free_port(preferred: int) -> int:
     """``preferred`` when it is free, else any free port."""
     for port in (preferred, 0):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
@@ -147,14 +150,20 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
         commands["api"] = _api_command(coordinator_dsn, dsns, prefix, port,
                                        f"demo:operator:{operator},guest:viewer:{viewer}",
                                        telemetry)
+    provider = None
+    if telemetry:  # the demo's own spans (the API call that starts each saga) go to Jaeger too
+        os.environ.update(telemetry)
+        provider = configure_telemetry("sagaflow-demo", instrument=False)
+    tracer = trace.get_tracer("examples.demo")
     print(f"== starting the stack (topics {prefix}.*)")
     registry = build_registry([SAGA], topic_prefix=prefix)
     with processes(commands, HOME / "demo"):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
-            started = {
-                label: (await store.start_saga("order", order, actor="demo")).record.saga_id
-                for label, order in ORDERS.items()
-            }
+            started = {}
+            for label, order in ORDERS.items():  # one trace per saga, rooted here
+                with tracer.start_as_current_span(f"place order ({label})"):
+                    record = (await store.start_saga("order", order, actor="demo")).record
+                started[label] = record.saga_id
             for label, saga_id in started.items():
                 await _report(store, label, saga_id)
         await _ledgers(dsns)
@@ -163,6 +172,8 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
             print(f"   sign in with token {operator} (operator) or {viewer} (viewer)")
             print(f"   API docs: http://127.0.0.1:{port}/docs  ·  Ctrl-C stops everything")
             await _until_interrupted()
+    if provider is not None:
+        provider.shutdown()
     print("\nDone. Logs are in", HOME / "demo")
 
 

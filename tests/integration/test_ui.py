@@ -7,15 +7,18 @@
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import asyncpg
 import httpx
 import pytest
 
 from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.store import SagaStore
 from coordinator.ui import UiSettings
+from participant_sdk.dead_letters import DeadLetter, install_dead_letters, record_dead_letter
 from tests.integration.test_api_support import (
     ADMIN,
     OPERATOR,
@@ -180,3 +183,38 @@ async def test_every_page_of_the_menu_renders(ui: Browser) -> None:
     assert "ship_order" in (await ui.client.get("/ui/types")).text
     trace = (await ui.client.get(f"/ui/sagas/{saga_id}/trace")).text
     assert "SAGAFLOW_JAEGER_QUERY" in trace
+
+
+async def test_participants_dead_letters_are_read_from_their_own_databases(
+        api_store: tuple[SagaStore, ManualClock], pg_url: str) -> None:
+    name = f"t_part_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(pg_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    dsn = pg_url.rsplit("/", 1)[0] + "/" + name
+    try:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await install_dead_letters(conn)
+            await record_dead_letter(conn, DeadLetter(
+                source="participant:payments", reason="undecodable command: not JSON",
+                payload=b"\xff", topic="t.payments.commands", partition=0, offset=7))
+        finally:
+            await conn.close()
+        store, clock = api_store
+        settings = UiSettings(session_secret="test-secret-1", participant_dsns={
+            "payments": dsn, "shipping": "postgresql://nobody:s3cret@127.0.0.1:1/none"})
+        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), clock=clock,
+                         run_jobs=False, ui=settings)
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://ui.test") as client:
+            ui = Browser(client, store, clock)
+            await ui.sign_in(VIEWER)
+            page = (await client.get("/ui/dead-letters")).text
+        section = page[page.index('id="dl-participants"'):]
+        assert "undecodable command: not JSON" in section and "t.payments.commands" in section
+        assert "cannot connect" in section and "s3cret" not in page
+    finally:
+        admin = await asyncpg.connect(pg_url)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
