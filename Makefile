@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml
 services: bootstrap
 	$(BIN)/python -m devstack up all
 
-## demo: start everything and run the example saga
+## demo: start everything, run the example sagas, then serve the web UI until Ctrl-C
+##       (make demo DEMO_ARGS=--once runs the sagas and exits)
 demo: services
-	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m examples.demo
+	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m examples.demo $(DEMO_ARGS)
 
 ## lint: ruff and mypy (strict on the packages)
 lint: bootstrap

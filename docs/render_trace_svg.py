@@ -4,7 +4,8 @@
         [--with-db] [-o docs/trace.svg]
     python docs/render_trace_svg.py --json trace.json -o docs/trace.svg
 
-One bar per span, indented by depth, coloured per service, red for spans with error status.
+The layout is the web UI's (``coordinator.ui.trace.span_rows``): one bar per span, indented
+by depth, coloured per service, red for spans with error status.
 Database client spans are left out unless ``--with-db`` (they triple the height).
 """
 
@@ -17,49 +18,19 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from coordinator.ui.trace import span_rows
+
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f",
            "#bab0ac"]
 ERROR = "#e15759"
 ROW, LABEL_W, BAR_W, PAD = 20, 560, 760, 10
 
 
-def _tags(span: dict[str, Any]) -> dict[str, Any]:
-    return {t["key"]: t["value"] for t in span.get("tags", [])}
-
-
-def _parent(span: dict[str, Any]) -> str | None:
-    for ref in span.get("references", []):
-        if ref.get("refType") == "CHILD_OF":
-            return str(ref["spanID"])
-    return None
-
-
 def render(data: dict[str, Any], *, with_db: bool = False) -> str:
-    spans = {s["spanID"]: s for s in data["spans"]}
-    service = {sid: data["processes"][s["processID"]]["serviceName"] for sid, s in spans.items()}
-    if not with_db:
-        spans = {sid: s for sid, s in spans.items()
-                 if not ({"db.system", "db.system.name"} & _tags(s).keys()
-                         and _tags(s).get("span.kind") == "client")}
-    children: dict[str | None, list[str]] = {}
-    for sid, span in spans.items():
-        parent = _parent(span)
-        children.setdefault(parent if parent in spans else None, []).append(sid)
-    rows: list[tuple[int, str]] = []
-
-    def walk(sid: str, depth: int) -> None:
-        rows.append((depth, sid))
-        for kid in sorted(children.get(sid, []), key=lambda k: spans[k]["startTime"]):
-            walk(kid, depth + 1)
-
-    for root in sorted(children.get(None, []), key=lambda k: spans[k]["startTime"]):
-        walk(root, 0)
-    start = min(s["startTime"] for s in spans.values())
-    end = max(s["startTime"] + s["duration"] for s in spans.values())
-    total = max(end - start, 1)
-    colours: dict[str, str] = {}
-    for name in sorted(set(service.values())):
-        colours[name] = PALETTE[len(colours) % len(PALETTE)]
+    view = span_rows(data, with_db=with_db)
+    total = view.duration_ms * 1000
+    colours = {name: PALETTE[i] for name, i in view.services.items()}
+    rows = view.rows
     legend_h = 28
     height = PAD * 2 + legend_h + ROW * (len(rows) + 1)
     width = LABEL_W + BAR_W + PAD * 3
@@ -78,26 +49,23 @@ def render(data: dict[str, Any], *, with_db: bool = False) -> str:
                f'</text><text x="{LABEL_W + PAD * 2}" y="{top + 12}" font-weight="bold">'
                f'0 ms</text><text x="{LABEL_W + BAR_W + PAD * 2}" y="{top + 12}" '
                f'text-anchor="end" font-weight="bold">{total / 1000:.0f} ms</text>')
-    for i, (depth, sid) in enumerate(rows, start=1):
-        span = spans[sid]
-        tags = _tags(span)
+    for i, row in enumerate(rows, start=1):
         y = top + i * ROW
         if i % 2 == 0:
             out.append(f'<rect x="0" y="{y}" width="{width}" height="{ROW}" fill="#f4f4f4"/>')
-        error = tags.get("error") is True
-        colour = ERROR if error else colours[service[sid]]
-        label = f"{service[sid]}: {span['operationName']}"
-        extra = [tags[k] for k in ("saga.step", "saga.phase") if k in tags]
+        colour = ERROR if row.error else colours[row.service]
+        label = f"{row.service}: {row.operation}"
+        extra = [row.tags[k] for k in ("saga.step", "saga.phase") if k in row.tags]
         if extra:
             label += f" [{' '.join(map(str, extra))}]"
-        out.append(f'<text x="{PAD + depth * 12}" y="{y + 14}"'
-                   f'{" fill=" + chr(34) + ERROR + chr(34) if error else ""}>'
+        out.append(f'<text x="{PAD + row.depth * 12}" y="{y + 14}"'
+                   f'{" fill=" + chr(34) + ERROR + chr(34) if row.error else ""}>'
                    f'{escape(label[:90])}</text>')
-        bx = LABEL_W + PAD * 2 + (span["startTime"] - start) / total * BAR_W
-        bw = max(span["duration"] / total * BAR_W, 1.5)
+        bx = LABEL_W + PAD * 2 + row.offset * BAR_W
+        bw = max(row.width * BAR_W, 1.5)
         out.append(f'<rect x="{bx:.1f}" y="{y + 4}" width="{bw:.1f}" height="{ROW - 8}" '
                    f'fill="{colour}" rx="2"><title>{escape(label)} '
-                   f'{span["duration"] / 1000:.1f} ms</title></rect>')
+                   f'{row.duration_ms:.1f} ms</title></rect>')
     out.append("</svg>")
     return "\n".join(out)
 

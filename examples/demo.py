@@ -1,9 +1,11 @@
 """The demo saga stack: coordinator worker, relay and three participants as separate processes.
 
 ``python -m examples.demo`` (run by ``make demo`` once the local services are up) creates
-fresh databases, starts every process, runs an order that completes and one that is refused
-by payments and rolls back, prints what happened, audits the participants' ledgers, checks
-that every saga's history replays to its snapshot, and stops the processes.
+fresh databases, starts every process and the operator API with its web UI, runs an order that
+completes and one that is refused by payments and rolls back, prints what happened, audits the
+participants' ledgers, checks that every saga's history replays to its snapshot, then prints
+the UI's address and a sign-in token and keeps everything running until Ctrl-C. ``--once``
+stops the processes after the report instead (CI and the end-to-end test use it).
 """
 
 from __future__ import annotations
@@ -11,18 +13,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
+import signal
+import socket
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+from opentelemetry import trace
 
 from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
 from examples.stack import SAGA, SERVICES, fresh_database, processes, stack_commands
+from participant_sdk.telemetry import configure as configure_telemetry
 
 HOME = Path(os.environ.get("SAGAFLOW_DEVSTACK_HOME", Path(__file__).parents[1] / ".local"))
 
@@ -83,7 +90,46 @@ async def _ledgers(dsns: dict[str, str]) -> None:
         print(f"   {name:<10} {entries}")
 
 
-async def run(postgres: str, kafka: str) -> None:
+def _free_port(preferred: int) -> int:
+    """``preferred`` when it is free, else any free port."""
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found: int = s.getsockname()[1]
+            return found
+    raise OSError("no free port")
+
+
+def _api_command(coordinator_dsn: str, service_dsns: dict[str, str], prefix: str,
+                 port: int, tokens: str, telemetry: dict[str, str]) -> tuple[list[str],
+                                                                             dict[str, str]]:
+    """The operator API with the web UI, reading the participants' dead letters too."""
+    env = {
+        **telemetry,
+        "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": SAGA, "SAGAFLOW_TOPIC_PREFIX": prefix,
+        "SAGAFLOW_API_HOST": "127.0.0.1", "SAGAFLOW_API_PORT": str(port),
+        "SAGAFLOW_API_TOKENS": tokens, "SAGAFLOW_UI_SESSION_SECRET": secrets.token_urlsafe(32),
+        "SAGAFLOW_UI_PARTICIPANT_DSNS": ",".join(f"{n}={d}" for n, d in service_dsns.items()),
+    }
+    query = os.environ.get("SAGAFLOW_JAEGER_QUERY") or os.environ.get("SAGAFLOW_TEST_JAEGER_QUERY")
+    if query:
+        env["SAGAFLOW_JAEGER_QUERY"] = query
+    return [sys.executable, "-m", "coordinator", "api"], env
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080) -> None:
     prefix = f"demo{uuid.uuid4().hex[:6]}"
     coordinator_dsn = await fresh_database(postgres, "sagaflow_demo")
     dsns = {name: await fresh_database(postgres, f"demo_{name}") for name in SERVICES}
@@ -93,19 +139,41 @@ async def run(postgres: str, kafka: str) -> None:
     finally:
         await conn.close()
 
+    otlp = os.environ.get("SAGAFLOW_TEST_JAEGER_OTLP")
+    telemetry = ({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+                 if otlp and not once else {})
     commands = stack_commands(coordinator_dsn=coordinator_dsn, service_dsns=dsns, kafka=kafka,
-                              topic_prefix=prefix)
+                              topic_prefix=prefix, env=telemetry)
+    operator, viewer = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    if not once:
+        port = _free_port(port)
+        commands["api"] = _api_command(coordinator_dsn, dsns, prefix, port,
+                                       f"demo:operator:{operator},guest:viewer:{viewer}",
+                                       telemetry)
+    provider = None
+    if telemetry:  # the demo's own spans (the API call that starts each saga) go to Jaeger too
+        os.environ.update(telemetry)
+        provider = configure_telemetry("sagaflow-demo", instrument=False)
+    tracer = trace.get_tracer("examples.demo")
     print(f"== starting the stack (topics {prefix}.*)")
     registry = build_registry([SAGA], topic_prefix=prefix)
     with processes(commands, HOME / "demo"):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
-            started = {
-                label: (await store.start_saga("order", order, actor="demo")).record.saga_id
-                for label, order in ORDERS.items()
-            }
+            started = {}
+            for label, order in ORDERS.items():  # one trace per saga, rooted here
+                with tracer.start_as_current_span(f"place order ({label})"):
+                    record = (await store.start_saga("order", order, actor="demo")).record
+                started[label] = record.saga_id
             for label, saga_id in started.items():
                 await _report(store, label, saga_id)
         await _ledgers(dsns)
+        if not once:
+            print(f"\n== the operator console is up: http://127.0.0.1:{port}/ui/")
+            print(f"   sign in with token {operator} (operator) or {viewer} (viewer)")
+            print(f"   API docs: http://127.0.0.1:{port}/docs  ·  Ctrl-C stops everything")
+            await _until_interrupted()
+    if provider is not None:
+        provider.shutdown()
     print("\nDone. Logs are in", HOME / "demo")
 
 
@@ -115,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         "SAGAFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:55432/postgres"))
     parser.add_argument("--kafka", default=os.environ.get(
         "SAGAFLOW_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092"))
+    parser.add_argument("--once", action="store_true",
+                        help="stop after the report instead of serving the UI until Ctrl-C")
+    parser.add_argument("--port", type=int, default=8080,
+                        help="the UI's port (another free one if it is taken)")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.postgres, args.kafka))
+    asyncio.run(run(args.postgres, args.kafka, once=args.once, port=args.port))
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -25,6 +25,9 @@ from coordinator.observability.settings import ObservabilitySettings
 from coordinator.relay_wake import start_relay_waker
 from coordinator.store import SagaStore
 from participant_sdk.pools import create_pool
+
+if TYPE_CHECKING:
+    from coordinator.ui import UiSettings
 
 __all__ = ["create_app"]
 
@@ -48,13 +51,15 @@ def create_app(
     auth: TokenAuth | None = None,
     clock: Callable[[], datetime] = _utcnow,
     run_jobs: bool | None = None,
+    ui: UiSettings | None = None,
 ) -> FastAPI:
     """The operator API.
 
     With ``store`` the app uses it and leaves it open at shutdown; without, it opens one on
     ``settings.dsn`` with the saga classes of ``settings.sagas`` (or ``registry``). ``auth``
     defaults to the tokens of the settings. The bulk-repair runner runs in the app unless
-    ``run_jobs`` (default ``settings.api_run_jobs``) is false.
+    ``run_jobs`` (default ``settings.api_run_jobs``) is false. The web UI (under ``/ui``) and
+    the offline ``/docs`` use ``ui`` (default: ``SAGAFLOW_UI_*`` variables).
     """
     settings = settings or ApiSettings()
     token_auth = auth if auth is not None else TokenAuth.from_settings(settings)
@@ -94,7 +99,7 @@ def create_app(
                 await the_store.close()
 
     app = FastAPI(title="sagaflow operator API", version="1", description=_DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None)
     app.state.auth = token_auth
     install_error_handlers(app)
     app.include_router(sagas_router)
@@ -103,6 +108,9 @@ def create_app(
     app.include_router(dead_letters_router)
     app.include_router(asyncapi_router)
     mount_observability(app, metrics=metrics)
+    from coordinator.ui import mount_ui  # the UI imports the API's modules: import it late
+
+    mount_ui(app, ui)
     return app
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,9 +50,11 @@ class Context:
     def now(self) -> datetime:
         return self.clock()
 
-    async def stuck_ids(self, conn: Any) -> frozenset[UUID]:
-        """Ids of the sagas the stuck policy flags now (one indexed scan of in-flight sagas)."""
-        found = await list_stuck(conn, self.stuck_policy, now=self.now(), limit=_STUCK_LIMIT)
+    async def stuck_ids(self, conn: Any, among: Collection[UUID] | None = None) -> frozenset[UUID]:
+        """Ids of the sagas the stuck policy flags now (one indexed scan of in-flight sagas),
+        or of those ``among`` the given ones (cheap: for a page or one saga)."""
+        found = await list_stuck(conn, self.stuck_policy, now=self.now(), limit=_STUCK_LIMIT,
+                                 saga_ids=among)
         return frozenset(s.saga_id for s in found)
 
 

@@ -117,6 +117,8 @@ class ErrorOut(BaseModel):
 class StepOut(BaseModel):
     key: str
     node: str
+    #: Key of the enclosing node, for steps nested in a group (None at the top level).
+    parent: str | None = None
     phase: StepPhase
     attempts: dict[str, int]
     last_error: ErrorOut | None
@@ -417,7 +419,7 @@ def _error(state: SagaState, key: str | None) -> ErrorOut | None:
 def detail(record: SagaRecord, stuck: bool) -> SagaDetail:
     state = record.state
     steps = [
-        StepOut(key=s.key, node=s.node, phase=s.phase,
+        StepOut(key=s.key, node=s.node, parent=s.parent, phase=s.phase,
                 attempts={p.value: n for p, n in s.attempts.items()},
                 last_error=_error(state, s.key), result=s.result, payload=s.payload,
                 started_at=s.started_at, phase_changed_at=s.phase_changed_at,

@@ -101,11 +101,17 @@ async def list_sagas(
     sort: SagaSort = SagaSort.CREATED_DESC,
     limit: int = 50,
     cursor: str | None = None,
+    id_range: tuple[UUID, UUID] | None = None,
 ) -> Page:
-    """One page of sagas matching ``f``, ordered by ``sort`` then id (keyset pagination)."""
+    """One page of sagas matching ``f``, ordered by ``sort`` then id (keyset pagination).
+
+    ``id_range`` (inclusive bounds) narrows to ids in it: the UI's search by id prefix.
+    """
     column = sort.value.lstrip("-")
     descending = sort.value.startswith("-")
     w = _where(f, now, stuck_ids)
+    if id_range is not None:
+        w.add("id BETWEEN {0} AND {1}", *id_range)
     if cursor is not None:
         at, sid = _decode(cursor, sort)
         w.add(f"({column}, id) {'<' if descending else '>'} ({{0}}, {{1}})", at, sid)

@@ -8,6 +8,7 @@ sagas ever run; the per-step thresholds are applied here, in Python, on the few 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -46,6 +47,7 @@ LEFT JOIN LATERAL (
 WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
   AND (s.last_progress_at < $2 OR ($3 > 0 AND cur.attempt - 1 >= $3))
+  AND ($5::uuid[] IS NULL OR s.id = ANY($5::uuid[]))
 ORDER BY s.last_progress_at, s.id
 LIMIT $4
 """
@@ -84,11 +86,13 @@ async def list_stuck(
     now: datetime | None = None,
     saga_type: str | None = None,
     limit: int = 100,
+    saga_ids: Collection[UUID] | None = None,
 ) -> list[StuckSaga]:
     """Stuck sagas, longest without progress first (at most ``limit``).
 
     ``conn`` is an asyncpg connection or pool (``store.pool``). ``now`` defaults to the
-    current time (pass the store's clock for deterministic tests).
+    current time (pass the store's clock for deterministic tests). ``saga_ids`` checks only
+    those sagas (a page of a list, one saga), which costs little however many are in flight.
     """
     policy = policy or StuckPolicy()
     at = now or datetime.now(UTC)
@@ -96,7 +100,8 @@ async def list_stuck(
     # The coarse filter may return rows the exact per-step threshold clears: read more.
     fetch = limit if not policy.thresholds else max(limit * 4, limit + 100)
     rows = await conn.fetch(_CANDIDATES, saga_type, at - policy.shortest(saga_type),
-                            policy.max_retries, fetch)
+                            policy.max_retries, fetch,
+                            None if saga_ids is None else list(saga_ids))
     for row in rows:
         step = row["step"]
         threshold = policy.threshold(row["saga_type"], step)

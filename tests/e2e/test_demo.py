@@ -14,7 +14,8 @@ def test_demo_runs_one_order_to_completion_and_one_to_compensation(
     pg_url: str, kafka_bootstrap: str
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "examples.demo", "--postgres", pg_url, "--kafka", kafka_bootstrap],
+        [sys.executable, "-m", "examples.demo", "--postgres", pg_url, "--kafka", kafka_bootstrap,
+         "--once"],
         capture_output=True, text=True, timeout=240, check=False,
     )
     out = done.stdout

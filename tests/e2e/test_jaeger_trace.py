@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from coordinator.engine import Status
 from coordinator.migrations import migrate
 from coordinator.store import SagaStore
+from coordinator.ui.trace import fetch_trace
 from coordinator.worker import build_registry
 from examples.stack import SAGA, SERVICES, drop_database, fresh_database, processes, stack_commands
 
@@ -184,3 +185,13 @@ async def test_a_compensating_saga_is_one_trace_across_every_process(
     assert any(_tags(s).get("db.system") == "postgresql" or
                _tags(s).get("db.system.name") == "postgresql" for s in spans.values())
     assert trace.get_tracer_provider() is not provider  # the test never touched the global
+
+    # The web UI's trace panel reads the same trace from the same API.
+    shown = await fetch_trace(jaeger_query, trace_id, wait=5)
+    assert shown.problem is None and shown.view is not None
+    assert {CLIENT, "sagaflow-coordinator", "sagaflow-relay", *SERVICES} <= set(
+        shown.view.services)
+    assert [r.operation for r in shown.view.rows if r.depth == 0] == ["place order"]
+    assert any(r.error and r.service == "shipping" for r in shown.view.rows)
+    gone = await fetch_trace(jaeger_query, "f" * 32, wait=5)
+    assert gone.view is None and gone.problem is not None and "no trace" in gone.problem

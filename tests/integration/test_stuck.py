@@ -62,6 +62,11 @@ async def test_no_progress_uses_the_step_threshold_then_the_type_then_the_defaul
                                 saga_type="ship_order")
         assert [s.saga_type for s in only] == ["ship_order"]
         assert await list_stuck(conn, StuckPolicy(), now=t0 + timedelta(seconds=121)) == []
+        among = await list_stuck(conn, policy, now=t0 + timedelta(seconds=121),
+                                 saga_ids=[saga.saga_id])
+        assert [s.saga_id for s in among] == [saga.saga_id]
+        assert await list_stuck(conn, policy, now=t0 + timedelta(seconds=121),
+                                saga_ids=[]) == []
 
 
 async def test_retrying_sagas_are_flagged_although_they_progress(

@@ -1,0 +1,50 @@
+"""Settings of the web UI, read from ``SAGAFLOW_UI_*`` (and ``SAGAFLOW_JAEGER_*``) variables."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["UiSettings"]
+
+
+class UiSettings(BaseSettings):
+    """How the UI signs its sessions and where it finds Jaeger and the participants' tables."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGAFLOW_UI_", extra="ignore")
+
+    #: Key that signs the session cookie. Empty: a random key per process (sessions end when
+    #: the API restarts, and replicas behind one address must share a key).
+    session_secret: SecretStr = SecretStr("")
+    #: A session ends this long after sign-in.
+    session_max_age: timedelta = timedelta(hours=8)
+    #: Send the cookie only over HTTPS (``Secure``, ``__Host-`` name). Off for plain-HTTP demos.
+    secure_cookies: bool = False
+    #: Jaeger's query API (``SAGAFLOW_JAEGER_QUERY``), read server-side for the trace view.
+    jaeger_query: str | None = Field(
+        default=None, validation_alias=AliasChoices("SAGAFLOW_JAEGER_QUERY",
+                                                    "SAGAFLOW_UI_JAEGER_QUERY"))
+    #: A full Jaeger UI the trace view links to (``<url>/trace/<id>``), when one exists.
+    jaeger_ui: str | None = None
+    #: Participants whose dead-letter tables the UI reads: ``name=dsn`` entries, comma-separated.
+    participant_dsns: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    #: How long the UI waits for Jaeger or a participant database.
+    remote_timeout: timedelta = timedelta(seconds=2)
+
+    @field_validator("participant_dsns", mode="before")
+    @classmethod
+    def _split_dsns(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        found: dict[str, str] = {}
+        for item in value.split(","):
+            name, sep, dsn = item.strip().partition("=")
+            if not item.strip():
+                continue
+            if not sep or not name.strip() or not dsn.strip():
+                raise ValueError("participant DSNs are name=dsn entries, comma-separated")
+            found[name.strip()] = dsn.strip()
+        return found

@@ -1,0 +1,97 @@
+"""Headless Chromium from Debian's packages, driven by Selenium, and the API as its own process.
+
+No browser or driver is downloaded: Selenium is pointed at ``/usr/bin/chromium`` and
+``/usr/bin/chromedriver`` (the same Debian source, so their versions match). The flags keep
+Chromium quiet on a closed network. Under ``CI=true`` a missing browser fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+CHROMIUM = os.environ.get("SAGAFLOW_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("SAGAFLOW_CHROMEDRIVER", "/usr/bin/chromedriver")
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--window-size=1400,1000")
+
+
+def need_browser() -> None:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
+    if missing:
+        message = (f"no {' or '.join(missing)}: apt-get install chromium chromium-driver "
+                   "(.ci/run does)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@contextmanager
+def chromium(profile: Path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    need_browser()
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def api_process(env: Mapping[str, str], args: list[str], log: Path) -> Iterator[str]:
+    """``python -m coordinator api`` on a free port; yields its base URL once it answers."""
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "api", "--host", "127.0.0.1",
+             "--port", str(port), *args],
+            env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"the API exited: {log.read_text()[-2000:]}")
+                try:
+                    if httpx.get(f"{base}/ui/login", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the API did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
