@@ -136,9 +136,16 @@ class SagaSummary(BaseModel):
     version: int
     status: Status
     stage: str
-    #: Name of the state-machine state (as drawn by the diagram).
+    #: The first of ``states`` (kept for clients that show one state).
     state: str
+    #: The machine states the saga is in: one per active step (``reserve.trying``), or the
+    #: saga's own (``confirming`` is per step too, ``dead``, ``completed``, ...).
+    states: list[str]
+    #: The dead step, else the first active step.
     current_step: str | None
+    #: Every step key with a command in flight or a retry pending (parallel branches,
+    #: for-each items, confirms): a repair verb needs one of them when there are several.
+    active_steps: list[str]
     reason: str | None
     #: Highest retry count of any step phase.
     retries: int
@@ -187,6 +194,7 @@ class HistoryOut(BaseModel):
 class DiagramOut(BaseModel):
     saga_id: UUID
     state: str
+    states: list[str]
     mermaid: str
 
 
@@ -377,10 +385,8 @@ class ActionOut(BaseModel):
 def current_step(state: SagaState) -> str | None:
     if state.status is Status.DEAD:
         return state.dead_step
-    for step in state.steps.values():
-        if step.phase.is_active:
-            return step.key
-    return None
+    active = state.active_steps()
+    return active[0] if active else None
 
 
 def retries(state: SagaState) -> int:
@@ -397,7 +403,9 @@ def summary(record: SagaRecord, stuck: bool) -> dict[str, Any]:
         "status": state.status,
         "stage": state.stage.value,
         "state": state.machine_state(),
+        "states": state.machine_states(),
         "current_step": current_step(state),
+        "active_steps": state.active_steps(),
         "reason": state.reason,
         "retries": retries(state),
         "stuck": stuck,

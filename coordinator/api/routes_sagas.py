@@ -139,9 +139,9 @@ async def get_history(saga_id: SagaId, ctx: Ctx, _: Viewer) -> HistoryOut:
 async def get_diagram(saga_id: SagaId, ctx: Ctx, _: Viewer) -> DiagramOut:
     record = await _record(ctx, saga_id)
     definition = ctx.store.definition(record.saga_type, record.version)
-    state = record.state.machine_state()
-    text = mermaid(definition, state if state in definition.states else None)
-    return DiagramOut(saga_id=saga_id, state=state, mermaid=text)
+    states = record.state.machine_states()
+    text = mermaid(definition, [s for s in states if s in definition.states])
+    return DiagramOut(saga_id=saga_id, state=states[0], states=states, mermaid=text)
 
 
 @router.get("/saga-types", response_model=list[SagaTypeOut], tags=["sagas"],

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coordinator.engine import ReplyReceived, SagaState, TimerFired, TimerKind
+from coordinator.observability.stuck import node_name
 
 if TYPE_CHECKING:
     from coordinator.store._writes import Change
@@ -116,24 +117,26 @@ class CoordinatorMetrics:
             phase = reply.phase.value
             sent = _sent_at(prior, reply.step, reply.in_reply_to)
             if sent is not None:
-                self.step_duration.labels(saga_type, reply.step, phase,
+                self.step_duration.labels(saga_type, node_name(reply.step), phase,
                                           reply.outcome.value).observe(
                     max(0.0, (change.now - sent).total_seconds()))
             if reply.outcome.value != "ok":
                 kind = reply.error.kind.value if reply.error is not None else reply.outcome.value
-                self.step_failures.labels(saga_type, reply.step, phase, kind).inc()
+                self.step_failures.labels(saga_type, node_name(reply.step), phase, kind).inc()
         elif isinstance(event, TimerFired) and event.kind is TimerKind.DEADLINE:
             phase = event.phase.value
             sent = _sent_at(prior, event.step, None)
             if sent is not None:
-                self.step_duration.labels(saga_type, event.step, phase, "timeout").observe(
+                self.step_duration.labels(saga_type, node_name(event.step), phase,
+                                          "timeout").observe(
                     max(0.0, (change.now - sent).total_seconds()))
-            self.step_failures.labels(saga_type, event.step, phase, "deadline").inc()
+            self.step_failures.labels(saga_type, node_name(event.step), phase, "deadline").inc()
         for cmd in decision.commands:
             env = cmd.envelope
-            self.commands_sent.labels(saga_type, env.step, env.phase.value).inc()
+            step = node_name(env.step)
+            self.commands_sent.labels(saga_type, step, env.phase.value).inc()
             if env.attempt > 1:
-                self.step_retries.labels(saga_type, env.step, env.phase.value).inc()
+                self.step_retries.labels(saga_type, step, env.phase.value).inc()
         status = decision.state.status.value
         if status in _ENDED and status != _status(prior):
             self.sagas_ended.labels(saga_type, status).inc()

@@ -16,7 +16,13 @@ from uuid import UUID
 
 from coordinator.observability.settings import StuckPolicy
 
-__all__ = ["StuckSaga", "list_stuck"]
+__all__ = ["StuckSaga", "list_stuck", "node_name"]
+
+
+def node_name(key: str) -> str:
+    """The definition node a step key runs: ``lines[3].reserve`` -> ``reserve`` (thresholds
+    and metric labels go by node, so a fan-out does not multiply them)."""
+    return key[key.rindex("].") + 2:] if "]." in key else key
 
 #: Step phase (``StepPhase``) of an active step -> the protocol phase its attempts count.
 _ACTIVE_PHASES: Final = {
@@ -30,7 +36,7 @@ _ACTIVE_PHASES: Final = {
 # The status list must stay textually implied by the predicate of index sagas_in_flight.
 _CANDIDATES: Final = """
 SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
-       cur.step, cur.step_phase, cur.attempt
+       cur.step, cur.step_phase, cur.attempt, act.steps AS active_steps
 FROM sagas s
 LEFT JOIN LATERAL (
     SELECT st.key AS step, st.value->>'phase' AS step_phase,
@@ -44,6 +50,12 @@ LEFT JOIN LATERAL (
     ORDER BY attempt DESC
     LIMIT 1
 ) AS cur ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(st.key ORDER BY st.key) AS steps
+    FROM json_each(s.snapshot->'steps') AS st
+    WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
+                                 'compensating')
+) AS act ON true
 WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
   AND (s.last_progress_at < $2 OR ($3 > 0 AND cur.attempt - 1 >= $3))
@@ -68,6 +80,8 @@ class StuckSaga:
     step_phase: str | None
     #: Attempt number of the step's current phase (0 when no step is active).
     attempt: int
+    #: Every active step key (parallel branches, for-each items, confirms).
+    active_steps: tuple[str, ...]
     #: How long without progress, at the time of the query.
     idle: timedelta
     threshold: timedelta
@@ -104,7 +118,10 @@ async def list_stuck(
                             None if saga_ids is None else list(saga_ids))
     for row in rows:
         step = row["step"]
-        threshold = policy.threshold(row["saga_type"], step)
+        active = tuple(row["active_steps"] or ())
+        # With several steps in progress the saga waits for the most patient of them.
+        threshold = max((policy.threshold(row["saga_type"], node_name(k)) for k in active),
+                        default=policy.threshold(row["saga_type"], None))
         idle = at - row["last_progress_at"]
         reasons: list[str] = []
         if idle > threshold:
@@ -118,7 +135,8 @@ async def list_stuck(
             saga_id=row["id"], saga_type=row["saga_type"], version=row["saga_version"],
             status=row["status"], created_at=row["created_at"],
             last_progress_at=row["last_progress_at"], step=step,
-            step_phase=row["step_phase"], attempt=attempt, idle=idle, threshold=threshold,
+            step_phase=row["step_phase"], attempt=attempt, active_steps=active,
+            idle=idle, threshold=threshold,
             reasons=tuple(reasons),
         ))
         if len(out) >= limit:

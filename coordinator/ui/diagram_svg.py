@@ -1,122 +1,165 @@
-"""A saga type's state machine as server-rendered SVG, with the current state highlighted.
+"""A saga type's node tree as server-rendered SVG, with the saga's current states highlighted.
 
-No Mermaid in the browser (5.5 MB of script, and no CDN here): states are laid out in layers
-by their distance from ``start``, edges drawn as curves, and the page's CSS colours the
-``current`` and ``dead`` states. The same states and transitions feed the Mermaid export.
+No Mermaid in the browser (5.5 MB of script, and no CDN here). The tree is drawn the way the
+engine runs it: a sequence top to bottom, the branches of a parallel group, race or choice
+side by side in a labelled frame, a for-each's body once in a frame that says its bounds;
+then confirm and the ends. Every step and composite is a ``<g class="state">`` whose
+``data-state`` is its node name (or the saga's own state), so the page's CSS colours the
+``current`` and ``dead`` ones.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from html import escape
 
-from coordinator.engine.compiled import CompiledSaga, Transition
+from coordinator.engine.compiled import (
+    CompiledGroup,
+    CompiledNode,
+    CompiledSaga,
+    CompiledStep,
+    GroupKind,
+    StepKind,
+)
 
-__all__ = ["Layout", "layout", "state_svg"]
+__all__ = ["state_svg"]
 
-_CHAR_W, _BOX_H, _GAP_X, _GAP_Y, _PAD = 7.2, 28, 28, 64, 16
-_TERMINAL = {"completed", "compensated", "cancelled"}
-
-
-@dataclass(frozen=True, slots=True)
-class Box:
-    state: str
-    x: float
-    y: float
-    w: float
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    boxes: dict[str, Box]
-    width: float
-    height: float
+_CHAR_W, _BOX_H, _GAP, _PAD, _HEAD = 7.0, 28, 22, 10, 20
+_ENDS = ("completed", "compensated", "cancelled", "dead")
+_TITLE = {GroupKind.PARALLEL: "parallel", GroupKind.RACE: "first of",
+          GroupKind.CHOICE: "choice", GroupKind.FOREACH: "for each",
+          GroupKind.SEQUENCE: "sequence"}
 
 
-def _ranks(states: Sequence[str], transitions: Sequence[Transition]) -> dict[str, int]:
-    out: dict[str, list[str]] = {}
-    for t in transitions:
-        out.setdefault(t.source, []).append(t.target)
-    rank = {states[0] if "start" not in states else "start": 0}
-    queue = deque(rank)
-    while queue:
-        state = queue.popleft()
-        for target in out.get(state, []):
-            if target not in rank:
-                rank[target] = rank[state] + 1
-                queue.append(target)
-    # Ends (terminal states and dead) share the last row, so edges into them point down.
-    ends = _TERMINAL | {"dead"}
-    deepest = max((r for s, r in rank.items() if s not in ends), default=0)
-    for state in states:
-        if state in ends or state not in rank:  # (nothing is unreachable from start today)
-            rank[state] = deepest + 1
-    return rank
+@dataclass
+class _Canvas:
+    current: set[str]
+    parts: list[str] = field(default_factory=list)
 
+    def box(self, name: str, label: str, x: float, y: float, w: float,
+            extra: str = "") -> None:
+        classes = ["state", *([extra] if extra else []),
+                   *(["current"] if name in self.current else [])]
+        self.parts.append(
+            f'<g class="{" ".join(classes)}" data-state="{escape(name)}">'
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{_BOX_H}" rx="6"/>'
+            f'<text x="{x + w / 2:.0f}" y="{y + _BOX_H / 2 + 4:.0f}" text-anchor="middle">'
+            f"{escape(label)}</text></g>")
 
-def layout(states: Sequence[str], transitions: Sequence[Transition]) -> Layout:
-    """Boxes per state: one row per rank, states of a row in declaration order."""
-    ranks = _ranks(states, transitions)
-    rows: dict[int, list[str]] = {}
-    for state in states:
-        rows.setdefault(ranks[state], []).append(state)
-    widths = {s: max(len(s) * _CHAR_W + 20, 60) for s in states}
-    row_w = {r: sum(widths[s] for s in ss) + _GAP_X * (len(ss) - 1) for r, ss in rows.items()}
-    width = max(row_w.values(), default=0) + 2 * _PAD
-    boxes: dict[str, Box] = {}
-    for r, row in sorted(rows.items()):
-        x = (width - row_w[r]) / 2
-        for state in row:
-            boxes[state] = Box(state, x, _PAD + r * (_BOX_H + _GAP_Y), widths[state])
-            x += widths[state] + _GAP_X
-    height = _PAD * 2 + (max(rows, default=0) + 1) * (_BOX_H + _GAP_Y) - _GAP_Y + 30
-    return Layout(boxes, width, height)
-
-
-def _edge(a: Box, b: Box, label: str) -> str:
-    if b.y > a.y:
-        x1, y1, x2, y2 = a.x + a.w / 2, a.y + _BOX_H, b.x + b.w / 2, b.y
+    def arrow(self, x1: float, y1: float, x2: float, y2: float) -> None:
         mid = (y1 + y2) / 2
-        path = f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
-    elif b.y == a.y:  # same row: bow below it
-        x1, x2, y = a.x + a.w / 2, b.x + b.w / 2, a.y + _BOX_H
-        path = f"M{x1:.0f},{y:.0f} C{x1:.0f},{y + 30:.0f} {x2:.0f},{y + 30:.0f} {x2:.0f},{y:.0f}"
-    else:  # back to an earlier row (a repair, a retry): loop out on the right side
-        x1, y1 = a.x + a.w, a.y + _BOX_H / 2
-        x2, y2 = b.x + b.w, b.y + _BOX_H / 2
-        bend = max(x1, x2) + 40
-        path = f"M{x1:.0f},{y1:.0f} C{bend:.0f},{y1:.0f} {bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
-    return (f'<path class="edge" d="{path}" marker-end="url(#arrow)">'
-            f"<title>{escape(a.state)} → {escape(b.state)}: {escape(label)}</title></path>")
+        self.parts.append(
+            f'<path class="edge" d="M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f}'
+            f' {x2:.0f},{y2:.0f}" marker-end="url(#arrow)"/>')
 
 
-def state_svg(definition: CompiledSaga, current: str | None = None) -> str:
-    """The SVG markup (trusted: every name is escaped)."""
-    lay = layout(definition.states, definition.transitions)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="machine" role="img" '
-             f'aria-label="state machine of {escape(definition.name)} v{definition.version}" '
-             f'viewBox="0 0 {lay.width + 60:.0f} {lay.height:.0f}" '
-             f'width="{lay.width + 60:.0f}" height="{lay.height:.0f}">',
-             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" '
-             'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-             '<path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs>']
-    for t in definition.transitions:
-        if t.source in lay.boxes and t.target in lay.boxes:
-            parts.append(_edge(lay.boxes[t.source], lay.boxes[t.target], t.label))
-    for state, box in lay.boxes.items():
-        classes = ["state"]
-        if state == "dead":
-            classes.append("dead")
-        if state in _TERMINAL:
-            classes.append("terminal")
-        if state == current:
-            classes.append("current")
-        parts.append(
-            f'<g class="{" ".join(classes)}" data-state="{escape(state)}">'
-            f'<rect x="{box.x:.0f}" y="{box.y:.0f}" width="{box.w:.0f}" height="{_BOX_H}" '
-            f'rx="6"/><text x="{box.x + box.w / 2:.0f}" y="{box.y + _BOX_H / 2 + 4:.0f}" '
-            f'text-anchor="middle">{escape(state)}</text></g>')
-    parts.append("</svg>")
-    return "".join(parts)
+def _label(node: CompiledStep) -> str:
+    undo = "cancel" if node.kind is StepKind.TCC else (
+        "compensate" if node.reversible else "no undo")
+    return f"{node.name} · {node.participant}.{node.action} · {undo}"
+
+
+def _title(node: CompiledGroup) -> str:
+    text = f"{_TITLE[node.kind]} {node.name}"
+    if node.kind is GroupKind.FOREACH:
+        text += f" (≤ {node.max_concurrency or 'all'} at once, ≤ {node.max_items} items)"
+    if node.kind is GroupKind.RACE:
+        text += f" ({node.quorum} of {len(node.children)} win)"
+    return text
+
+
+def _size(node: CompiledNode) -> tuple[float, float]:
+    if isinstance(node, CompiledStep):
+        return max(len(_label(node)) * _CHAR_W + 20, 90), _BOX_H
+    kids = _inner(node)
+    sizes = [_size(k) for k in kids]
+    title_w = len(_title(node)) * _CHAR_W + 2 * _PAD
+    if _stacked(node):
+        w = max(s[0] for s in sizes)
+        h = sum(s[1] for s in sizes) + _GAP * (len(sizes) - 1)
+    else:
+        w = sum(s[0] for s in sizes) + _GAP * (len(sizes) - 1)
+        h = max(s[1] for s in sizes)
+    if not node.name:  # the root: no frame
+        return w, h
+    return max(w + 2 * _PAD, title_w), h + _HEAD + 2 * _PAD
+
+
+def _inner(node: CompiledGroup) -> tuple[CompiledNode, ...]:
+    if node.kind is GroupKind.FOREACH:
+        body = node.children[0]
+        assert isinstance(body, CompiledGroup)
+        return body.children
+    return node.children
+
+
+def _stacked(node: CompiledGroup) -> bool:
+    return node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH)
+
+
+def _draw(c: _Canvas, node: CompiledNode, x: float, y: float) -> None:
+    """Draw ``node`` with its top-left corner at (x, y)."""
+    w, h = _size(node)
+    if isinstance(node, CompiledStep):
+        c.box(node.name, _label(node), x, y, w)
+        return
+    if node.name:
+        classes = "frame current" if node.name in c.current else "frame"
+        c.parts.append(f'<g class="{classes}" data-node="{escape(node.name)}">'
+                       f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{h:.0f}" '
+                       f'rx="8" fill="none" stroke-dasharray="4 3"/>'
+                       f'<text x="{x + _PAD:.0f}" y="{y + 14:.0f}">{escape(_title(node))}'
+                       f"</text></g>")
+        x, y, w = x + _PAD, y + _HEAD + _PAD, w - 2 * _PAD
+    kids = _inner(node)
+    if _stacked(node):
+        prev: tuple[float, float] | None = None
+        for kid in kids:
+            kw, kh = _size(kid)
+            kx = x + (w - kw) / 2
+            if prev is not None:
+                c.arrow(prev[0], prev[1], kx + kw / 2, y)
+            _draw(c, kid, kx, y)
+            prev = (kx + kw / 2, y + kh)
+            y += kh + _GAP
+        return
+    for kid in kids:
+        kw, _ = _size(kid)
+        _draw(c, kid, x, y)
+        x += kw + _GAP
+
+
+def state_svg(definition: CompiledSaga, current: str | Iterable[str] | None = None) -> str:
+    """The SVG markup (trusted: every name is escaped). ``current`` holds machine states
+    (``reserve.trying``, ``dead``); their nodes are highlighted."""
+    wanted = [current] if isinstance(current, str) else list(current or ())
+    c = _Canvas({state.split(".")[0] for state in wanted})
+    tree_w, tree_h = _size(definition.root)
+    tcc = any(s.kind is StepKind.TCC for s in definition.steps)
+    end_w = 110
+    ends_w = len(_ENDS) * end_w + (len(_ENDS) - 1) * _GAP
+    width = max(tree_w, ends_w) + 2 * _PAD
+    x0 = (width - tree_w) / 2
+    _draw(c, definition.root, x0, _PAD)
+    y = _PAD + tree_h + _GAP
+    last = (width / 2, _PAD + tree_h)
+    if tcc:
+        c.arrow(*last, width / 2, y)
+        c.box("confirming", "confirm every tried TCC step", width / 2 - 120, y, 240)
+        last = (width / 2, y + _BOX_H)
+        y += _BOX_H + _GAP
+    ex = (width - ends_w) / 2
+    for end in _ENDS:
+        if end == "completed":
+            c.arrow(*last, ex + end_w / 2, y)
+        c.box(end, end, ex, y, end_w, "dead" if end == "dead" else "terminal")
+        ex += end_w + _GAP
+    height = y + _BOX_H + _PAD
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="machine" role="img" '
+            f'aria-label="node tree of {escape(definition.name)} v{definition.version}" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
+            f'height="{height:.0f}"><defs><marker id="arrow" viewBox="0 0 10 10" refX="10" '
+            f'refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+            f'<path d="M0,0 L10,5 L0,10 z" class="arrowhead"/></marker></defs>')
+    return head + "".join(c.parts) + "</svg>"

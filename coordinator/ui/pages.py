@@ -151,8 +151,8 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
         entries = [history_entry(h) for h in await get_history(conn, saga_id, after_seq=after)]
     entries.reverse()
     definition = ctx.store.definition(record.saga_type, record.version)
-    state = record.state.machine_state()
-    diagram = state_svg(definition, state if state in definition.states else None)
+    diagram = state_svg(definition, [s for s in record.state.machine_states()
+                                     if s in definition.states])
     steps = step_tree([s.model_dump() for s in d.steps])
     return page(request, "saga.html", me=me, s=d, steps=steps, history=entries,
                 history_cut=after, diagram=diagram, verbs=_verbs(d.status.value),

@@ -96,11 +96,12 @@ async def test_show_history_diagram_and_types(api: Api) -> None:
     sid = (await api.post("/sagas", {"type": "tcc_order", "input": INPUT})).json()["saga_id"]
     saga = (await api.get(f"/sagas/{sid}")).json()
     assert saga["input"] == INPUT and saga["current_step"] == "reserve"
+    assert saga["active_steps"] == ["reserve"] and saga["states"] == ["reserve.trying"]
     assert [s["key"] for s in saga["steps"]] == ["reserve", "hold"]
     assert saga["steps"][0]["phase"] == "trying" and saga["steps"][0]["attempts"] == {"try": 1}
     diagram = (await api.get(f"/sagas/{sid}/diagram")).json()
-    assert diagram["state"] == "reserve.trying"
-    assert "stateDiagram-v2" in diagram["mermaid"] and "class s_reserve_trying current" in \
+    assert diagram["state"] == "reserve.trying" and diagram["states"] == ["reserve.trying"]
+    assert "stateDiagram-v2" in diagram["mermaid"] and "class n_reserve current" in \
         diagram["mermaid"]
     types = (await api.get("/saga-types")).json()
     assert {(t["name"], t["version"], t["latest"]) for t in types} == {

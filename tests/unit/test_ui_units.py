@@ -54,14 +54,29 @@ def test_id_prefix_bounds() -> None:
     assert id_range("xyz") is None and id_range("") is None and id_range("0" * 33) is None
 
 
-def test_the_machine_svg_marks_the_current_state_only() -> None:
+def test_the_tree_svg_marks_the_current_states_only() -> None:
     order = compile_saga(OrderSaga)
-    svg = state_svg(order, "reserve_stock.cancelling")
+    svg = state_svg(order, ["reserve_stock.cancelling"])
     assert re.findall(r'<g class="([^"]*current[^"]*)" data-state="([^"]+)"', svg) == [
-        ("state current", "reserve_stock.cancelling")]
-    assert svg.count('<g class="state') == len(order.states)
-    assert svg.count('class="edge"') == len(order.transitions)
+        ("state current", "reserve_stock")]
+    # one box per step, plus confirm and the four ends
+    assert svg.count('<g class="state') == len(order.steps) + 1 + 4
     assert 'class="state dead" data-state="dead"' in state_svg(order)
+
+
+def test_the_tree_svg_draws_composites_as_frames() -> None:
+    from coordinator.definition import Saga, SagaStep
+    from coordinator.flow import ForEach, Race
+
+    step = lambda n: SagaStep(n, "p", "do", compensable=True)  # noqa: E731
+    cls = type("T", (Saga,), {"name": "t", "version": 1, "input_model": OrderSaga.input_model,
+                              "steps": (ForEach("lines", items=lambda c: [], body=(step("a"),),
+                                                max_concurrency=4),
+                                        Race("quote", (step("b"), step("c"))))})
+    svg = state_svg(compile_saga(cls), ["b.executing", "c.executing"])
+    assert 'data-node="lines"' in svg and "for each lines (≤ 4 at once" in svg
+    assert "first of quote (1 of 2 win)" in svg
+    assert sorted(re.findall(r'class="state current" data-state="([^"]+)"', svg)) == ["b", "c"]
 
 
 def _request(cookie: str | None = None, **headers: str) -> Request:
