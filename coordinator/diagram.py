@@ -118,6 +118,8 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
             bid = _draw(lines, branch, inner)
             lines.append(f"{inner}{pick} --> {bid}: {'otherwise' if guard is None else 'guard'}")
             lines.append(f"{inner}{bid} --> [*]")
+        if node.guards[-1] is not None:
+            lines.append(f"{inner}{pick} --> [*]: no guard true")
     else:
         for index, branch in enumerate(node.children):
             if index:

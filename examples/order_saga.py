@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
+from coordinator.flow import Parallel
 
 
 class OrderInput(BaseModel):
@@ -50,6 +51,26 @@ class OrderSaga(Saga):
                 deadline=timedelta(seconds=10)),
         TccStep("reserve_stock", "inventory", "reserve", payload=stock, retry=_QUICK,
                 deadline=timedelta(seconds=10)),
+        SagaStep("create_shipment", "shipping", "ship", compensable=True,
+                 payload=shipment, retry=_QUICK, deadline=timedelta(seconds=10)),
+    )
+
+
+class ParallelOrderSaga(Saga):
+    """The same order with payment and stock reserved at once, then shipped.
+
+    If either reservation is refused, the other (done or still in flight) is cancelled."""
+
+    name = "order_parallel"
+    version = 1
+    input_model = OrderInput
+    steps = (
+        Parallel("reserve", (
+            TccStep("reserve_funds", "payments", "charge", payload=funds, retry=_QUICK,
+                    deadline=timedelta(seconds=10)),
+            TccStep("reserve_stock", "inventory", "reserve", payload=stock, retry=_QUICK,
+                    deadline=timedelta(seconds=10)),
+        )),
         SagaStep("create_shipment", "shipping", "ship", compensable=True,
                  payload=shipment, retry=_QUICK, deadline=timedelta(seconds=10)),
     )

@@ -26,7 +26,7 @@ from coordinator.store import SagaStore
 from coordinator.worker import build_registry
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from tests.chaos.support.driver import plan_orders
-from tests.chaos.support.stack import SAGA
+from tests.chaos.support.stack import SAGAS
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]
 
@@ -67,7 +67,7 @@ async def client(fresh_db: str, topic_prefix: str) -> AsyncIterator[tuple[httpx.
                                                   offset=1))
     finally:
         await conn.close()
-    registry = build_registry([SAGA], topic_prefix=topic_prefix)
+    registry = build_registry(list(SAGAS), topic_prefix=topic_prefix)
     async with await SagaStore.open(fresh_db, registry, max_size=4) as store:
         ids = []
         for order in plan_orders(9107, 3):

@@ -204,3 +204,11 @@ async def test_metrics_route_renders_the_prometheus_text() -> None:
     assert samples[("sagaflow_step_duration_seconds_sum", None)] == pytest.approx(0.3)
     assert samples[("sagaflow_step_duration_seconds_bucket", "0.25")] == 0
     assert samples[("sagaflow_step_duration_seconds_bucket", "0.5")] == 1
+
+
+def test_node_name_strips_for_each_items_so_labels_do_not_multiply() -> None:
+    from coordinator.observability.stuck import node_name
+
+    assert node_name("reserve") == "reserve"
+    assert node_name("lines[3].reserve") == "reserve"
+    assert node_name("a[1].b[20].c") == "c"

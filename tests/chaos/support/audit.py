@@ -30,7 +30,7 @@ from examples.services.inventory import INITIAL_STOCK
 from examples.services.payments import BROKE_CUSTOMER, OPENING_BALANCE
 from participant_sdk.protocol import ProtocolError, decode_reply
 from tests.chaos.support.driver import Order
-from tests.chaos.support.stack import SAGA, SERVICES, ChaosStack
+from tests.chaos.support.stack import SAGAS, SERVICES, ChaosStack
 
 TERMINAL = ("completed", "compensated", "cancelled")
 
@@ -87,8 +87,12 @@ async def audit(
     result = Audit(sagas=len(orders))
     by_id = {o.saga_id: o for o in orders}
     coord = stack.dsn("coordinator")
-    sagas = await _rows(coord, "SELECT id, status, snapshot FROM sagas")
+    sagas = await _rows(coord, "SELECT id, saga_type, status, snapshot FROM sagas")
     status_of = {r["id"]: r["status"] for r in sagas}
+    kinds = Counter(r["saga_type"] for r in sagas)
+    wanted = Counter(o.saga_type for o in orders)
+    if kinds != wanted:
+        result.fail(f"saga types stored {dict(kinds)}, started {dict(wanted)}")
     result.statuses = Counter(status_of.values())
     for r in sagas:
         if r["id"] not in by_id:
@@ -114,7 +118,7 @@ async def audit(
     await _audit_queues(coord, result)
     await _audit_dead_letters(stack, poison, unknown_sagas, forged_commands, result)
 
-    registry = build_registry([SAGA], topic_prefix=stack.prefix)
+    registry = build_registry(list(SAGAS), topic_prefix=stack.prefix)
     async with await SagaStore.open(coord, registry, min_size=1, max_size=2) as store:
         for saga_id in status_of:
             verdict = await store.verify(saga_id)

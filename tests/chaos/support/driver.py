@@ -15,7 +15,7 @@ import asyncpg
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.store import CONNECTION_ERRORS
 from coordinator.worker import build_registry
-from tests.chaos.support.stack import SAGA
+from tests.chaos.support.stack import SAGAS
 
 #: Statuses after which nothing happens without an operator.
 SETTLED = ("completed", "compensated", "cancelled", "dead")
@@ -29,6 +29,8 @@ class Order:
     #: ``ok`` (should complete), ``broke`` (payment refused), ``oos`` (stock refused).
     kind: str
     input: dict[str, Any]
+    #: ``order`` or ``order_parallel`` (every other order: the same effects, run in parallel).
+    saga_type: str = "order"
 
 
 def plan_orders(seed: int, count: int) -> list[Order]:
@@ -51,6 +53,7 @@ def plan_orders(seed: int, count: int) -> list[Order]:
                 "quantity": rng.randrange(1, 3),
                 "address": f"{i} Chaos Street",
             },
+            saga_type="order_parallel" if i % 2 else "order",
         ))
     return orders
 
@@ -62,7 +65,7 @@ async def start_orders(
 
     Database trouble (a restart, a cut connection) is retried with the same saga id.
     """
-    registry = build_registry([SAGA], topic_prefix=prefix)
+    registry = build_registry(list(SAGAS), topic_prefix=prefix)
     retries = 0
     store: SagaStore | None = None
     try:
@@ -72,7 +75,7 @@ async def start_orders(
                 try:
                     if store is None:
                         store = await SagaStore.open(dsn, registry, min_size=1, max_size=2)
-                    await store.start_saga("order", order.input, saga_id=order.saga_id,
+                    await store.start_saga(order.saga_type, order.input, saga_id=order.saga_id,
                                            actor="chaos")
                     break
                 except (TransientStoreError, *CONNECTION_ERRORS):

@@ -28,7 +28,8 @@ from coordinator.migrations import migrate
 from participant_sdk.protocol import command_topic, reply_topic
 
 ROOT = Path(__file__).resolve().parents[3]
-SAGA = "examples.order_saga:OrderSaga"
+#: The chaos mix: the linear order saga and its parallel variant (the node tree under fire).
+SAGAS = ("examples.order_saga:OrderSaga", "examples.order_saga:ParallelOrderSaga")
 SERVICES = ("payments", "inventory", "shipping")
 PARTITIONS = 4
 
@@ -148,7 +149,7 @@ class ChaosStack:
             "SAGAFLOW_DSN": self.proc_dsn("coordinator"),
             "SAGAFLOW_KAFKA_BOOTSTRAP": self.proc_kafka,
             "SAGAFLOW_TOPIC_PREFIX": self.prefix,
-            "SAGAFLOW_SAGAS": SAGA,
+            "SAGAFLOW_SAGAS": ",".join(SAGAS),
             "SAGAFLOW_GROUP_ID": f"{self.prefix}-coordinator",
             "SAGAFLOW_SHUTDOWN_GRACE": "PT3S",
             **env,
