@@ -13,16 +13,15 @@ from coordinator.engine import (
     InvalidTransition,
     OperatorRepair,
     RepairVerb,
-    ReplyReceived,
     SagaState,
     Status,
     StepPhase,
-    advance,
 )
 from coordinator.engine.compiled import StepKind
 from coordinator.engine.simulate import Simulator
 from participant_sdk.protocol import ErrorKind, Outcome, Phase
 from tests.unit.test_engine_fixtures import ALL_DEFINITIONS, ORDER_INPUT
+from tests.unit.tree_support import check_commands, check_replay
 
 ENDS = {Status.COMPLETED, Status.COMPENSATED, Status.CANCELLED, Status.DEAD}
 REPLIES: list[tuple[Outcome, ErrorKind | None]] = [
@@ -121,14 +120,7 @@ def _check_invariants(sim: Simulator, cancelled: bool) -> None:
         assert step.outstanding is None and step.retry_timer is None
     for timer in list(sim.timers.values()):  # leftovers are harmless: all stale
         assert sim.fire(timer).ignored is not None
-    history: dict[str, list[Phase]] = {}
-    for cmd in sim.sent:
-        seen = history.setdefault(cmd.step, [])
-        if cmd.phase.is_rollback:
-            assert any(p.is_forward for p in seen), f"{cmd.step}: undo of a step never sent"
-        if cmd.phase is Phase.CONFIRM:
-            assert Phase.CANCEL not in seen, f"{cmd.step}: confirm after cancel"
-        seen.append(cmd.phase)
+    check_commands(sim)
     # Confirm all: every first confirm goes out in one decision, after the last forward
     # command; the confirm of one step never waits for another's acknowledgement.
     firsts = [i for i, d in enumerate(sim.decisions)
@@ -152,12 +144,6 @@ def _check_invariants(sim: Simulator, cancelled: bool) -> None:
     done = [s for s in seqs if s is not None]
     assert done == sorted(done, reverse=True), f"undo order {first_undo} seqs {seqs}"
     assert all(s is None for s in seqs[: len(seqs) - len(done)])
-    # One outcome per command is applied once (a late success after a failure is news: the
-    # step may have applied, not a duplicate).
-    applied = [(d.history[0].event.reply.in_reply_to, d.history[0].event.reply.outcome)
-               for d in sim.decisions
-               if isinstance(d.history[0].event, ReplyReceived) and d.ignored is None]
-    assert len(applied) == len(set(applied)), "a reply was applied twice"
     if state.status is Status.COMPLETED and state.resolution is None:
         for key, step in state.steps.items():
             tcc = sim.definition.step(key).kind is StepKind.TCC
@@ -165,16 +151,6 @@ def _check_invariants(sim: Simulator, cancelled: bool) -> None:
             assert step.phase in ok | {StepPhase.SKIPPED}, (key, step.phase)
     if state.status in (Status.COMPENSATED, Status.CANCELLED) and state.resolution is None:
         assert not any(c.phase is Phase.CONFIRM for c in sim.sent)
-
-
-def _check_replay(sim: Simulator) -> None:
-    assert sim.replayed().to_json() == sim.current.to_json()
-    state = None
-    for entry, decision in zip(sim.history, sim.decisions, strict=True):
-        again = advance(sim.definition, state, entry.event, entry.at)
-        assert again == decision, "advance is not deterministic"
-        assert SagaState.from_json(again.state.to_json()) == again.state
-        state = again.state
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -190,7 +166,7 @@ def test_random_adversity_ends_legally_and_replays(
     _drain(sim)
     event(f"end: {sim.current.status.value}")
     _check_invariants(sim, cancelled)
-    _check_replay(sim)
+    check_replay(sim)
 
 
 @settings(max_examples=200, deadline=None)
@@ -214,7 +190,7 @@ def test_in_order_replies_with_any_outcomes_end_legally(
             sim.fire_next()
     _drain(sim)
     _check_invariants(sim, cancelled=False)
-    _check_replay(sim)
+    check_replay(sim)
 
 
 @settings(max_examples=100, deadline=None)
@@ -235,4 +211,4 @@ def test_dead_sagas_can_always_be_resolved(which: int, data: st.DataObject) -> N
                                  payload={"status": status}))
         assert sim.current.status.value == status
     assert sim.current.status.is_terminal
-    _check_replay(sim)
+    check_replay(sim)

@@ -237,7 +237,27 @@ def check_moves(sim: Simulator) -> None:
             assert (source, target) in edges, f"{key} ({node}): move {source} -> {target}"
 
 
-def _lca_kind(sim: Simulator, a: str, b: str) -> GroupKind | None:
+def check_commands(sim: Simulator) -> None:
+    """No undo of a step never sent, no confirm after a cancel, and each command's outcome
+    applied once (a late success after a failure is news, not a duplicate)."""
+    seen: dict[str, list[Phase]] = {}
+    for cmd in sim.sent:
+        phases = seen.setdefault(cmd.step, [])
+        if cmd.phase.is_rollback:
+            assert any(p.is_forward for p in phases), f"{cmd.step}: undo of a step never sent"
+        if cmd.phase is Phase.CONFIRM:
+            assert Phase.CANCEL not in phases, f"{cmd.step}: confirm after cancel"
+        phases.append(cmd.phase)
+    applied = [(d.history[0].event.reply.in_reply_to, d.history[0].event.reply.outcome)
+               for d in sim.decisions
+               if isinstance(d.history[0].event, ReplyReceived) and d.ignored is None]
+    assert len(applied) == len(set(applied)), "a reply was applied twice"
+
+
+def _ordered_pair(sim: Simulator, a: str, b: str) -> bool:
+    """Must ``a`` and ``b`` be undone in reverse order of completion? Yes when their closest
+    common node runs its children in order and no race lies between them and it (a race
+    undoes its losers when it decides, not as part of the saga's rollback)."""
     steps = sim.current.steps
 
     def chain(key: str) -> list[str]:
@@ -248,13 +268,17 @@ def _lca_kind(sim: Simulator, a: str, b: str) -> GroupKind | None:
             parent = steps[parent].parent
         return out
 
-    up_b = set(chain(b))
-    for parent in chain(a):
-        if parent in up_b:
-            node = sim.definition.node(steps[parent].node)
-            assert isinstance(node, CompiledGroup)
-            return node.kind
-    return GroupKind.SEQUENCE  # the root
+    def kind(key: str) -> GroupKind:
+        node = sim.definition.node(steps[key].node)
+        assert isinstance(node, CompiledGroup)
+        return node.kind
+
+    up_a, up_b = chain(a), chain(b)
+    common = next((p for p in up_a if p in set(up_b)), None)
+    below = up_a[:up_a.index(common)] + up_b[:up_b.index(common)] if common else up_a + up_b
+    if any(kind(k) is GroupKind.RACE for k in below):
+        return False
+    return common is None or kind(common) in (GroupKind.SEQUENCE, GroupKind.CHOICE)
 
 
 def check_invariants(run: Run) -> None:
@@ -265,20 +289,7 @@ def check_invariants(run: Run) -> None:
         assert step.outstanding is None and step.retry_timer is None
     for timer in list(sim.timers.values()):  # leftovers are harmless: all stale
         assert sim.fire(timer).ignored is not None
-    seen: dict[str, list[Phase]] = {}
-    for cmd in sim.sent:
-        phases = seen.setdefault(cmd.step, [])
-        if cmd.phase.is_rollback:
-            assert any(p.is_forward for p in phases), f"{cmd.step}: undo of a step never sent"
-        if cmd.phase is Phase.CONFIRM:
-            assert Phase.CANCEL not in phases, f"{cmd.step}: confirm after cancel"
-        phases.append(cmd.phase)
-    # A command's outcome is applied once (a late success after a failure is news, not a
-    # duplicate).
-    applied = [(d.history[0].event.reply.in_reply_to, d.history[0].event.reply.outcome)
-               for d in sim.decisions
-               if isinstance(d.history[0].event, ReplyReceived) and d.ignored is None]
-    assert len(applied) == len(set(applied)), "a reply was applied twice"
+    check_commands(sim)
     assert all(n <= 1 for n in world.undo_effects.values()), "an effect was undone twice"
     _check_undo_order(sim)
     if run.by_hand:
@@ -327,9 +338,9 @@ def _check_undo_order(sim: Simulator) -> None:
     done = [k for k in first_undo if state.steps[k].completed_seq is not None]
     for a, b in itertools.combinations(done, 2):
         early, late = sorted((a, b), key=lambda k: state.steps[k].completed_seq or 0)
-        if _lca_kind(sim, early, late) in (GroupKind.SEQUENCE, GroupKind.CHOICE):
+        if _ordered_pair(sim, early, late):
             assert first_undo[late] < first_undo[early], \
-                f"{early} completed before {late} but was undone first"
+                f"{early} completed before {late} but was undone first\n{_describe(sim)}"
 
 
 def check_replay(sim: Simulator) -> None:

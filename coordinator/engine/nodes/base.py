@@ -165,6 +165,13 @@ def existing(w: Work, pairs: Iterable[tuple[CompiledNode, str, Scope]]
     return ((n, k, s) for n, k, s in pairs if k in w.steps)
 
 
+def static_children(w: Work, node: CompiledGroup, key: str, scope: Scope
+                    ) -> Iterator[tuple[CompiledNode, str, Scope]]:
+    """The children with a state of a node whose children are fixed by the definition."""
+    inner = inner_scope(w, node, key, scope)
+    return existing(w, ((c, inner.key(c), inner) for c in node.children))
+
+
 def undo_serial(w: Work, kids: Iterable[tuple[CompiledNode, str, Scope]]) -> Progress:
     """Undo one child at a time, in reverse order of completion (unfinished ones first)."""
     def latest_first(kid: tuple[CompiledNode, str, Scope]) -> tuple[int, int]:

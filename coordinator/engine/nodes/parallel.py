@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from coordinator.engine.compiled import CompiledGroup, CompiledNode
+from coordinator.engine.compiled import CompiledGroup
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
@@ -38,12 +38,6 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     return Progress.DONE
 
 
-def children(w: Work, node: CompiledGroup, key: str, scope: Scope
-             ) -> Iterator[tuple[CompiledNode, str, Scope]]:
-    inner = base.inner_scope(w, node, key, scope)
-    return base.existing(w, ((c, inner.key(c), inner) for c in node.children))
-
-
 def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     return base.undo_concurrent(w, children(w, node, key, scope))
 
@@ -57,4 +51,5 @@ def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
     return base.COMPOSITE_EDGES
 
 
+children = base.static_children
 KIND = Kind(forward, undo, result, children, edges)

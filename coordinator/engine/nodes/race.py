@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine.compiled import CompiledGroup, CompiledNode
@@ -63,12 +63,6 @@ def _give_up(w: Work, branch: CompiledNode, key: str, scope: Scope) -> None:
         w.undo_later(key)
 
 
-def children(w: Work, node: CompiledGroup, key: str, scope: Scope
-             ) -> Iterator[tuple[CompiledNode, str, Scope]]:
-    inner = base.inner_scope(w, node, key, scope)
-    return base.existing(w, ((c, inner.key(c), inner) for c in node.children))
-
-
 def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     return base.undo_concurrent(w, children(w, node, key, scope))
 
@@ -85,4 +79,5 @@ def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
     return base.COMPOSITE_EDGES
 
 
+children = base.static_children
 KIND = Kind(forward, undo, result, children, edges)
