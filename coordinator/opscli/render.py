@@ -33,6 +33,8 @@ def render_saga(data: Mapping[str, Any]) -> str:
         head.append(f"reason   {data['reason']}")
     if data.get("dead_step"):
         head.append(f"dead at  {data['dead_step']}")
+    if len(data.get("active_steps") or ()) > 1:  # parallel branches, for-each items
+        head.append(f"active   {', '.join(data['active_steps'])} (repair verbs need --step)")
     head.append(f"input    {_cell(data.get('input'), 200)}")
     steps = [{"step": s["key"], "phase": s["phase"], "attempts": s["attempts"],
               "last_error": (s["last_error"] or {}).get("message"), "result": s["result"]}

@@ -21,7 +21,7 @@ from coordinator.engine.compiled import StepKind
 from coordinator.engine.simulate import Simulator
 from participant_sdk.protocol import ErrorKind, Outcome, Phase
 from tests.unit.test_engine_fixtures import ALL_DEFINITIONS, ORDER_INPUT
-from tests.unit.tree_support import check_commands, check_replay
+from tests.unit.tree_support import check_commands, check_moves, check_replay
 
 ENDS = {Status.COMPLETED, Status.COMPENSATED, Status.CANCELLED, Status.DEAD}
 REPLIES: list[tuple[Outcome, ErrorKind | None]] = [
@@ -166,6 +166,7 @@ def test_random_adversity_ends_legally_and_replays(
     _drain(sim)
     event(f"end: {sim.current.status.value}")
     _check_invariants(sim, cancelled)
+    check_moves(sim)
     check_replay(sim)
 
 

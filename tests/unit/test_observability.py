@@ -212,3 +212,13 @@ def test_node_name_strips_for_each_items_so_labels_do_not_multiply() -> None:
     assert node_name("reserve") == "reserve"
     assert node_name("lines[3].reserve") == "reserve"
     assert node_name("a[1].b[20].c") == "c"
+
+
+def test_saga_view_names_every_active_step_when_there_are_several() -> None:
+    from coordinator.opscli.render import render_saga
+
+    base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "running",
+            "state": "b.trying", "input": {}, "steps": []}
+    assert "active" not in render_saga({**base, "active_steps": ["b"]})
+    text = render_saga({**base, "active_steps": ["b", "lines[0].c"]})
+    assert "active   b, lines[0].c (repair verbs need --step)" in text
