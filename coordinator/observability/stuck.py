@@ -36,26 +36,24 @@ _ACTIVE_PHASES: Final = {
 # The status list must stay textually implied by the predicate of index sagas_in_flight.
 _CANDIDATES: Final = """
 SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
-       cur.step, cur.step_phase, cur.attempt, act.steps AS active_steps
+       cur.step, cur.step_phase, coalesce(cur.attempt, 0) AS attempt, cur.steps AS active_steps
 FROM sagas s
 LEFT JOIN LATERAL (
-    SELECT st.key AS step, st.value->>'phase' AS step_phase,
-           coalesce((st.value->'attempts'->>(CASE st.value->>'phase'
-               WHEN 'trying' THEN 'try' WHEN 'confirming' THEN 'confirm'
-               WHEN 'cancelling' THEN 'cancel' WHEN 'executing' THEN 'action'
-               ELSE 'compensate' END))::int, 0) AS attempt
-    FROM json_each(s.snapshot->'steps') AS st
-    WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
-                                 'compensating')
-    ORDER BY attempt DESC
-    LIMIT 1
+    SELECT (array_agg(a.key ORDER BY a.attempt DESC, a.key))[1] AS step,
+           (array_agg(a.phase ORDER BY a.attempt DESC, a.key))[1] AS step_phase,
+           max(a.attempt) AS attempt,
+           array_agg(a.key ORDER BY a.key) AS steps
+    FROM (
+        SELECT st.key, st.value->>'phase' AS phase,
+               coalesce((st.value->'attempts'->>(CASE st.value->>'phase'
+                   WHEN 'trying' THEN 'try' WHEN 'confirming' THEN 'confirm'
+                   WHEN 'cancelling' THEN 'cancel' WHEN 'executing' THEN 'action'
+                   ELSE 'compensate' END))::int, 0) AS attempt
+        FROM json_each(s.snapshot->'steps') AS st
+        WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
+                                     'compensating')
+    ) AS a
 ) AS cur ON true
-LEFT JOIN LATERAL (
-    SELECT array_agg(st.key ORDER BY st.key) AS steps
-    FROM json_each(s.snapshot->'steps') AS st
-    WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
-                                 'compensating')
-) AS act ON true
 WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
   AND (s.last_progress_at < $2 OR ($3 > 0 AND cur.attempt - 1 >= $3))

@@ -152,8 +152,14 @@ async def test_retry_timer_fires_and_rejection_compensates(
     assert await store.fire_due_timers() == 1
     (ship2,) = await outbox_commands(store)
     assert (ship2.step, ship2.attempt) == ("ship", 2)
-    stale = await store.apply(saga_id, ReplyReceived(reply=reply_to(ship, Outcome.OK)))
-    assert stale.outcome is ApplyOutcome.IGNORED
+    # Attempt 1 succeeds after all (a redelivered command): news, not a duplicate. The step
+    # may have applied, so rollback must undo it; a second copy is then a duplicate.
+    late = await store.apply(saga_id, ReplyReceived(reply=reply_to(ship, Outcome.OK)))
+    assert late.outcome is ApplyOutcome.APPLIED
+    record = await store.get_saga(saga_id)
+    assert record is not None and record.state.steps["ship"].uncertain
+    again = await store.apply(saga_id, ReplyReceived(reply=reply_to(ship, Outcome.OK)))
+    assert again.outcome is ApplyOutcome.IGNORED
     await store.apply(saga_id, ReplyReceived(reply=reply_to(ship2, Outcome.REJECTED)))
     rollbacks = []
     while commands := await outbox_commands(store):
@@ -269,7 +275,7 @@ async def test_concurrent_timer_claims_fire_each_timer_once(
     async def stale_replies() -> None:  # saga-row contention from the reply path meanwhile
         for command in firsts[::2]:
             (result,) = await store.apply_many([PendingEvent(command.saga_id, ReplyReceived(
-                reply=reply_to(command, Outcome.OK)))])
+                reply=reply_to(command, (Outcome.FAILED, ErrorKind.TRANSIENT))))])
             assert result.outcome is ApplyOutcome.IGNORED
 
     counts = await asyncio.gather(drain(store), drain(other), stale_replies())
