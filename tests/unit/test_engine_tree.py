@@ -145,6 +145,22 @@ def test_for_each_with_too_many_items_fails_before_sending_anything() -> None:
     assert sent(run.sim)[-1] == ("first", "compensate")
 
 
+def test_for_each_rollback_keeps_to_max_concurrency() -> None:
+    run = new_run(saga(ForEach("each", items=lambda ctx: [0, 1, 2], body=(tcc("t"),),
+                               max_concurrency=2), act("last")))
+    for i in range(3):
+        ok(run, f"each[{i}].t")
+    no(run, "last")
+    ok(run, "last", Phase.COMPENSATE)  # the latest first: its null compensation
+    undo = [c.step for c in run.sim.sent if c.phase is Phase.CANCEL]
+    assert undo == ["each[0].t", "each[1].t"]  # two at a time, as forward ran
+    ok(run, "each[1].t", Phase.CANCEL)
+    assert [c.step for c in run.sim.sent if c.phase is Phase.CANCEL][2:] == ["each[2].t"]
+    drain(run)
+    assert run.sim.current.status is Status.COMPENSATED
+    check_invariants(run)
+
+
 def test_for_each_of_no_items_is_done_at_once() -> None:
     run = new_run(EACH, n=0)
     assert sent(run.sim) == [("ship", "action")]

@@ -96,7 +96,27 @@ def children(w: Work, node: CompiledGroup, key: str, scope: Scope
 
 
 def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
-    return base.undo_concurrent(w, children(w, node, key, scope))
+    """Undo the items at once, at most ``max_concurrency`` at a time, like the forward run."""
+    cap = node.max_concurrency
+    if cap is None:
+        return base.undo_concurrent(w, children(w, node, key, scope))
+    waiting, active = False, 0
+    for child, child_key, child_scope in children(w, node, key, scope):
+        if active >= cap and not _undoing(w, child, child_key, child_scope):
+            waiting = True  # its turn comes as a running undo finishes
+            continue
+        progress = base.undo(w, child, child_key, child_scope)
+        if progress is Progress.FAILED:
+            return progress
+        if progress is Progress.WAITING:
+            waiting, active = True, active + 1
+    return Progress.WAITING if waiting else Progress.DONE
+
+
+def _undoing(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
+    """An undo under this item is in flight (it counts against the bound)."""
+    return any(w.step(k).phase in (StepPhase.CANCELLING, StepPhase.COMPENSATING)
+               for _, k, _ in base.leaves(w, node, key, scope))
 
 
 def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
