@@ -158,7 +158,8 @@ class Saga:
     name: ClassVar[str]
     version: ClassVar[int] = 1
     input_model: ClassVar[type[BaseModel]]
-    steps: ClassVar[Sequence[StepSpec]]
+    #: Steps and composite nodes (``coordinator.flow``), run in order.
+    steps: ClassVar[Sequence[Any]]
     description: ClassVar[str] = ""
     #: Abstract intermediate bases set this to skip validation.
     abstract: ClassVar[bool] = False

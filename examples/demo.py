@@ -1,11 +1,14 @@
-"""The demo saga stack: coordinator worker, relay and three participants as separate processes.
+"""The demo saga stack: coordinator worker, relay and five participants as separate processes.
 
 ``python -m examples.demo`` (run by ``make demo`` once the local services are up) creates
 fresh databases, starts every process and the operator API with its web UI, runs an order that
-completes and one that is refused by payments and rolls back, prints what happened, audits the
-participants' ledgers, checks that every saga's history replays to its snapshot, then prints
-the UI's address and a sign-in token and keeps everything running until Ctrl-C. ``--once``
-stops the processes after the report instead (CI and the end-to-end test use it).
+completes and one that is refused by inventory and rolls back, then a checkout (the tree-shaped
+saga: a for-each over order lines and a race between two carriers) that completes, the slower
+carrier's booking cancelled, and one with a line out of stock that rolls back; prints what
+happened, audits the participants' ledgers, checks that every saga's history replays to its
+snapshot, then prints the UI's address and a sign-in token and keeps everything running until
+Ctrl-C. ``--once`` stops the processes after the report instead (CI and the end-to-end test
+use it).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
-from examples.stack import SAGA, SERVICES, fresh_database, processes, stack_commands
+from examples.stack import CARRIERS, SAGAS, SERVICES, fresh_database, processes, stack_commands
 from participant_sdk.telemetry import configure as configure_telemetry
 
 HOME = Path(os.environ.get("SAGAFLOW_DEVSTACK_HOME", Path(__file__).parents[1] / ".local"))
@@ -39,6 +42,18 @@ ORDERS = {
     "compensates": {"order_id": "B-200", "customer_id": "alice", "amount_cents": 4000,
                     "sku": "OOS-LAMP", "quantity": 1, "address": "1 Main St"},
 }
+CHECKOUTS = {
+    "completes": {"order_id": "C-300", "customer_id": "carol", "amount_cents": 5400,
+                  "address": "2 High St", "lines": [{"sku": "BOOK-1", "quantity": 1},
+                                                    {"sku": "MUG-2", "quantity": 2},
+                                                    {"sku": "PEN-3", "quantity": 3}]},
+    "compensates": {"order_id": "D-400", "customer_id": "carol", "amount_cents": 1800,
+                    "address": "2 High St", "lines": [{"sku": "MUG-2", "quantity": 1},
+                                                      {"sku": "OOS-LAMP", "quantity": 1},
+                                                      {"sku": "PEN-3", "quantity": 1}]},
+}
+#: What the demo starts: (saga type, what to call it in the report, inputs by outcome).
+RUNS = (("order", "place order", ORDERS), ("checkout", "check out", CHECKOUTS))
 
 
 async def _wait_terminal(store: SagaStore, saga_id: uuid.UUID) -> Any:
@@ -62,11 +77,14 @@ def _describe(entry: Any) -> str:
     return text + (f"   [ignored: {entry.ignored}]" if entry.ignored else "")
 
 
-async def _report(store: SagaStore, label: str, saga_id: uuid.UUID) -> None:
+async def _report(store: SagaStore, saga_type: str, label: str, saga_id: uuid.UUID) -> None:
     record = await _wait_terminal(store, saga_id)
-    print(f"\n== order that {label}: saga {saga_id} -> {record.status}")
+    print(f"\n== {saga_type} that {label}: saga {saga_id} -> {record.status}")
     for entry in await store.get_history(saga_id):
         print(f"   #{entry.seq:<2} {_describe(entry)}")
+    race = record.state.steps.get("ship") if saga_type == "checkout" else None
+    if race is not None and race.winners:
+        print(f"   the race \"ship\" was won by {', '.join(race.winners)}; the other is undone")
     verdict = await store.verify(saga_id)
     print(f"   replay of {verdict.replayed_events} events equals snapshot: {verdict.ok}")
 
@@ -79,6 +97,9 @@ async def _ledgers(dsns: dict[str, str]) -> None:
             "SELECT kind, sku AS who, quantity AS amount FROM inventory_ledger ORDER BY id"
         ),
         "shipping": "SELECT kind, step AS who, 1 AS amount FROM shipping_ledger ORDER BY id",
+        **dict.fromkeys(CARRIERS, (
+            "SELECT l.kind, b.order_id AS who, b.parcels AS amount FROM carrier_ledger l"
+            " JOIN carrier_bookings b USING (booking_id, carrier) ORDER BY l.id")),
     }
     for name, query in queries.items():
         conn = await asyncpg.connect(dsns[name])
@@ -110,7 +131,8 @@ def _api_command(coordinator_dsn: str, service_dsns: dict[str, str], prefix: str
     """The operator API with the web UI, reading the participants' dead letters too."""
     env = {
         **telemetry,
-        "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": SAGA, "SAGAFLOW_TOPIC_PREFIX": prefix,
+        "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": ",".join(SAGAS),
+        "SAGAFLOW_TOPIC_PREFIX": prefix,
         "SAGAFLOW_API_HOST": "127.0.0.1", "SAGAFLOW_API_PORT": str(port),
         "SAGAFLOW_API_TOKENS": tokens, "SAGAFLOW_UI_SESSION_SECRET": secrets.token_urlsafe(32),
         "SAGAFLOW_UI_PARTICIPANT_DSNS": ",".join(f"{n}={d}" for n, d in service_dsns.items()),
@@ -132,7 +154,8 @@ async def _until_interrupted() -> None:
 async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080) -> None:
     prefix = f"demo{uuid.uuid4().hex[:6]}"
     coordinator_dsn = await fresh_database(postgres, "sagaflow_demo")
-    dsns = {name: await fresh_database(postgres, f"demo_{name}") for name in SERVICES}
+    dsns = {name: await fresh_database(postgres, f"demo_{name}")
+            for name in (*SERVICES, *CARRIERS)}
     conn = await asyncpg.connect(coordinator_dsn)
     try:
         await migrate(conn)
@@ -156,16 +179,18 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
         provider = configure_telemetry("sagaflow-demo", instrument=False)
     tracer = trace.get_tracer("examples.demo")
     print(f"== starting the stack (topics {prefix}.*)")
-    registry = build_registry([SAGA], topic_prefix=prefix)
+    registry = build_registry(SAGAS, topic_prefix=prefix)
     with processes(commands, HOME / "demo"):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
-            started = {}
-            for label, order in ORDERS.items():  # one trace per saga, rooted here
-                with tracer.start_as_current_span(f"place order ({label})"):
-                    record = (await store.start_saga("order", order, actor="demo")).record
-                started[label] = record.saga_id
-            for label, saga_id in started.items():
-                await _report(store, label, saga_id)
+            started = []
+            for saga_type, verb, inputs in RUNS:
+                for label, saga_input in inputs.items():  # one trace per saga, rooted here
+                    with tracer.start_as_current_span(f"{verb} ({label})"):
+                        record = (await store.start_saga(saga_type, saga_input,
+                                                         actor="demo")).record
+                    started.append((saga_type, label, record.saga_id))
+            for saga_type, label, saga_id in started:
+                await _report(store, saga_type, label, saga_id)
         await _ledgers(dsns)
         if not once:
             print(f"\n== the operator console is up: http://127.0.0.1:{port}/ui/")

@@ -1,6 +1,6 @@
 """A small launcher for the example stack, shared by demos and end-to-end tests.
 
-The coordinator worker, the relay and the three example services each run as their own
+The coordinator worker, the relay and each example service run as their own
 process (own process group, log file per process); :func:`processes` stops them with SIGTERM
 (then SIGKILL after a bound) so they flush their telemetry on the way out.
 """
@@ -18,10 +18,17 @@ from pathlib import Path
 
 import asyncpg
 
-__all__ = ["SAGA", "SERVICES", "Command", "fresh_database", "processes", "stack_commands"]
+__all__ = ["CARRIERS", "CHECKOUT_SAGA", "SAGA", "SAGAS", "SERVICES", "Command", "fresh_database",
+           "processes", "service_argv", "stack_commands"]
 
 SAGA = "examples.order_saga:OrderSaga"
+CHECKOUT_SAGA = "examples.checkout_saga:CheckoutSaga"
+#: Every example saga type: the coordinator and the API load them all.
+SAGAS = (SAGA, CHECKOUT_SAGA)
+#: The order saga's services.
 SERVICES = ("payments", "inventory", "shipping")
+#: The checkout saga's two carriers (it also uses payments and inventory).
+CARRIERS = ("carrier_a", "carrier_b")
 
 #: argv and extra environment of one process.
 Command = tuple[list[str], dict[str, str]]
@@ -50,6 +57,13 @@ async def drop_database(admin_dsn: str, name: str) -> None:
         await conn.close()
 
 
+def service_argv(name: str) -> list[str]:
+    """The argv (after the interpreter) of example service ``name``."""
+    if name in CARRIERS:
+        return ["-m", "examples.services.carriers", name]
+    return ["-m", f"examples.services.{name}"]
+
+
 def stack_commands(
     *,
     coordinator_dsn: str,
@@ -66,13 +80,14 @@ def stack_commands(
     common = {**extra, "SAGAFLOW_KAFKA_BOOTSTRAP": kafka, "SAGAFLOW_TOPIC_PREFIX": topic_prefix}
     commands: dict[str, Command] = {
         "coordinator": ([py, "-m", "coordinator", "worker"],
-                        {**common, "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": SAGA}),
+                        {**common, "SAGAFLOW_DSN": coordinator_dsn,
+                         "SAGAFLOW_SAGAS": ",".join(SAGAS)}),
         "relay": ([py, "-m", "outbox_relay"],
                   {**extra, "SAGAFLOW_RELAY_POSTGRES_DSN": coordinator_dsn,
                    "SAGAFLOW_RELAY_KAFKA_BOOTSTRAP": kafka}),
     }
     for name, dsn in service_dsns.items():
-        commands[name] = ([py, "-m", f"examples.services.{name}"],
+        commands[name] = ([py, *service_argv(name)],
                           {**common, "SAGAFLOW_PARTICIPANT_DSN": dsn})
     for name, env_of in own.items():
         commands[name][1].update(env_of)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 import sys
+import uuid
 
+import asyncpg
 import pytest
+
+from examples.stack import dsn_for
 
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_runs_one_order_to_completion_and_one_to_compensation(
+def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
     pg_url: str, kafka_bootstrap: str
 ) -> None:
     done = subprocess.run(
@@ -23,6 +29,62 @@ def test_demo_runs_one_order_to_completion_and_one_to_compensation(
     assert "== order that completes" in out and "-> completed" in out
     assert "== order that compensates" in out and "-> compensated" in out
     assert "inventory reserve_stock.try -> rejected (out of stock)" in out
-    assert out.count("equals snapshot: True") == 2
+    assert out.count("equals snapshot: True") == 4
     assert "captured alice 2500" in out and "released alice 4000" in out
     assert "exit 0" in out and "exit -" not in out
+
+    sagas = {label: (uuid.UUID(saga_id), status) for label, saga_id, status in re.findall(
+        r"^== (checkout that \w+): saga (\S+) -> (\w+)$", out, re.M)}
+    assert sagas.keys() == {"checkout that completes", "checkout that compensates"}, out
+    won, won_status = sagas["checkout that completes"]
+    lost, lost_status = sagas["checkout that compensates"]
+    assert (won_status, lost_status) == ("completed", "compensated")
+    assert 'the race "ship" was won by carrier_a' in out
+
+    # What the participants themselves recorded, read from their own databases.
+    payments = _rows(pg_url, "payments", "SELECT kind, amount FROM payments_ledger"
+                     " WHERE saga_id = $1 ORDER BY id", won, lost)
+    assert payments[won] == [("reserved", 5400), ("captured", 5400)]
+    assert payments[lost] == [("reserved", 1800), ("released", 1800)]
+
+    stock = _rows(pg_url, "inventory", "SELECT step, kind, sku FROM inventory_ledger"
+                  " WHERE saga_id = $1 ORDER BY id", won, lost)
+    assert _by_step(stock[won]) == {
+        "lines[0].reserve_stock": [("reserved", "BOOK-1"), ("committed", "BOOK-1")],
+        "lines[1].reserve_stock": [("reserved", "MUG-2"), ("committed", "MUG-2")],
+        "lines[2].reserve_stock": [("reserved", "PEN-3"), ("committed", "PEN-3")],
+    }
+    # Out of stock at line 1: nothing of it was reserved, and every line that was (line 0,
+    # and line 2 when it had started) was released; nothing was committed.
+    released = _by_step(stock[lost])
+    assert "lines[1].reserve_stock" not in released
+    assert released["lines[0].reserve_stock"] == [("reserved", "MUG-2"), ("released", "MUG-2")]
+    assert released.get("lines[2].reserve_stock", []) in (
+        [], [("reserved", "PEN-3"), ("released", "PEN-3")]), released
+
+    carriers = {carrier: _rows(pg_url, carrier, "SELECT kind FROM carrier_ledger"
+                               " WHERE saga_id = $1 ORDER BY id", won, lost)
+                for carrier in ("carrier_a", "carrier_b")}
+    assert carriers["carrier_a"][won] == [("booked",)]  # the fast carrier won the race
+    assert carriers["carrier_b"][won] == [("booked",), ("cancelled",)]  # the loser undone
+    assert carriers["carrier_a"][lost] == carriers["carrier_b"][lost] == []  # never asked
+
+
+def _rows(pg_url: str, service: str, query: str, *saga_ids: uuid.UUID
+          ) -> dict[uuid.UUID, list[tuple[object, ...]]]:
+    """``query``'s rows per saga id, on the demo's database of ``service``."""
+    async def fetch() -> dict[uuid.UUID, list[tuple[object, ...]]]:
+        conn = await asyncpg.connect(dsn_for(pg_url, f"demo_{service}"))
+        try:
+            return {s: [tuple(r) for r in await conn.fetch(query, s)] for s in saga_ids}
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def _by_step(rows: list[tuple[object, ...]]) -> dict[object, list[tuple[object, ...]]]:
+    out: dict[object, list[tuple[object, ...]]] = {}
+    for step, *rest in rows:
+        out.setdefault(step, []).append(tuple(rest))
+    return out

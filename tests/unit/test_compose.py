@@ -7,9 +7,13 @@ from typing import Any
 
 import yaml
 
+from coordinator.diagram import load_saga_class
+from coordinator.engine.compiled import compile_saga
+from examples.stack import SAGAS
+
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "kafka", "jaeger"}
-APPS = {"coordinator", "relay", "payments", "inventory", "shipping"}
+APPS = {"coordinator", "relay", "payments", "inventory", "shipping", "carrier_a", "carrier_b"}
 
 
 def _compose() -> dict[str, Any]:
@@ -35,3 +39,17 @@ def test_apps_build_from_repo_dockerfile() -> None:
     for name in APPS:
         assert services[name]["build"]["context"] == ".", name
         assert services[name]["command"], name
+
+
+def test_the_coordinator_runs_every_example_saga_and_each_participant_is_a_service() -> None:
+    services = _compose()["services"]
+    sagas = services["coordinator"]["environment"]["SAGAFLOW_SAGAS"].split(",")
+    assert sagas == list(SAGAS)
+    for spec in sagas:
+        participants = {s.participant for s in compile_saga(load_saga_class(spec)).steps}
+        assert participants <= set(services), (spec, participants - set(services))
+        for name in participants:  # each with a database of its own
+            dsn = services[name]["environment"]["SAGAFLOW_PARTICIPANT_DSN"]
+            assert dsn.endswith(f"/{name}"), dsn
+            init = _compose()["configs"]["create-databases"]["content"]
+            assert f"CREATE DATABASE {name};" in init
