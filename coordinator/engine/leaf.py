@@ -7,7 +7,7 @@ from typing import Any
 
 from coordinator.engine.compiled import CompiledStep
 from coordinator.engine.events import TimerKind
-from coordinator.engine.nodes.base import Progress, Scope, context
+from coordinator.engine.nodes.base import Progress, Scope, context, scope_of
 from coordinator.engine.state import ErrorRecord, Status, StepPhase
 from coordinator.engine.work import Work
 from participant_sdk.protocol import Phase
@@ -48,8 +48,6 @@ def send_finish(w: Work, key: str, phase: Phase, scope: Scope | None = None) -> 
     payload: dict[str, Any] = step.payload_override or step.payload or {}
     if step.payload_override is None and spec.rollback_payload is not None:
         try:
-            from coordinator.engine.nodes.base import scope_of
-
             payload = dict(spec.rollback_payload(context(w, scope or scope_of(w, key))))
         except Exception as exc:
             w.update_step(key, last_error=ErrorRecord(
