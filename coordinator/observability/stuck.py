@@ -49,7 +49,8 @@ LEFT JOIN LATERAL (
                    WHEN 'trying' THEN 'try' WHEN 'confirming' THEN 'confirm'
                    WHEN 'cancelling' THEN 'cancel' WHEN 'executing' THEN 'action'
                    ELSE 'compensate' END))::int, 0) AS attempt
-        FROM json_each(s.snapshot->'steps') AS st
+        -- one cast to jsonb: each ->> on json text would parse the step again
+        FROM jsonb_each((s.snapshot->'steps')::jsonb) AS st
         WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
                                      'compensating')
     ) AS a
