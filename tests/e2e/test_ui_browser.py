@@ -80,13 +80,29 @@ def site(seeded: tuple[str, list[UUID], UUID, UUID], topic_prefix: str,
 
 
 def _sign_in(driver: Any, site: Site, token: str) -> None:
+    """Open a page, get sent to sign in with the page as ``next``, sign in, land on it."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{site.base}/ui/sagas")
     assert "/ui/login" in driver.current_url
+    assert driver.find_element(By.NAME, "next").get_attribute("value") == "/ui/sagas"
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.ID, "sign-in").click()
+    # A click does not wait for the navigation it starts.
+    WebDriverWait(driver, 15).until(lambda d: d.find_elements(By.ID, "whoami"))
     assert driver.current_url.endswith("/ui/sagas")
+
+
+def _sign_out(driver: Any) -> None:
+    """Sign out and wait for the sign-in page, so a later navigation cannot race the POST."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.find_element(By.ID, "sign-out").click()
+    WebDriverWait(driver, 15).until(
+        lambda d: "Signed out" in " ".join(e.text for e in d.find_elements(By.ID, "flash")))
+    assert "/ui/login" in driver.current_url
 
 
 def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path) -> None:
@@ -124,8 +140,7 @@ def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path
         driver.get(f"{site.base}/ui/")
         assert driver.find_element(By.ID, "dead-count").text.startswith("1")
         driver.save_screenshot(str(site.shots / "overview.png"))
-        driver.find_element(By.ID, "sign-out").click()
-        assert "/ui/login" in driver.current_url
+        _sign_out(driver)
         driver.get(f"{site.base}/ui/dead")
         assert "/ui/login" in driver.current_url
 
@@ -168,7 +183,7 @@ def test_a_viewer_sees_no_repair_buttons_and_a_forged_post_is_refused(
 def _sign_in_again_as(driver: Any, site: Site, token: str) -> None:
     from selenium.webdriver.common.by import By
 
-    driver.find_element(By.ID, "sign-out").click()
+    _sign_out(driver)
     _sign_in(driver, site, token)
 
 
