@@ -79,10 +79,13 @@ def wait_until(
 ) -> None:
     """Poll ``check`` until true; raise ServiceError on timeout or when ``alive`` turns false."""
     deadline = time.monotonic() + timeout
+    gone = 0
     while True:
         if check():
             return
-        if alive is not None and not alive():
+        # Two looks in a row: one read of /proc can miss a process that is busy starting.
+        gone = gone + 1 if alive is not None and not alive() else 0
+        if gone >= 2:
             raise ServiceError(f"{what}: process exited{_tail_hint(log_file)}")
         if time.monotonic() > deadline:
             raise ServiceError(f"{what}: not ready after {timeout:.0f}s{_tail_hint(log_file)}")

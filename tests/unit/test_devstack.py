@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import devstack
+from devstack import procs
 from devstack.cli import fixture_env, main
 from devstack.config import Settings
-from devstack.errors import DevstackError, ProvisionError
+from devstack.errors import DevstackError, ProvisionError, ServiceError
 from devstack.jaeger import CONFIG, required_go
 from devstack.kafka import Kafka
 from devstack.provision import provision
@@ -104,3 +105,12 @@ def test_env_command_prints_fixture_variables(capsys: pytest.CaptureFixture[str]
 def test_unknown_service_name() -> None:
     with pytest.raises(ProvisionError, match="unknown service"), contextlib.ExitStack() as s:
         provision("redis", s)
+
+
+def test_wait_until_takes_one_missed_look_for_a_starting_process_not_an_exit() -> None:
+    looks = iter([False, True, True, True])
+    ready = iter([False, False, True])
+    procs.wait_until(lambda: next(ready), timeout=5, what="x", interval=0,
+                     alive=lambda: next(looks))
+    with pytest.raises(ServiceError, match="x: process exited"):
+        procs.wait_until(lambda: False, timeout=5, what="x", interval=0, alive=lambda: False)
