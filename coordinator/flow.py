@@ -20,13 +20,27 @@ from __future__ import annotations
 
 import collections.abc as cabc
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
-from coordinator.definition import Guard, Mapper, SagaStep, StepContext, TccStep
+from coordinator.definition import (
+    DEFAULT_ROLLBACK_RETRY,
+    Guard,
+    Mapper,
+    PolicyLike,
+    SagaStep,
+    StepContext,
+    TccStep,
+)
+
+if TYPE_CHECKING:
+    from coordinator.definition import Saga
 
 __all__ = [
+    "MAX_CHILD_DEPTH",
     "MAX_DEPTH",
     "Branch",
+    "ChildSaga",
     "Choice",
     "ForEach",
     "Node",
@@ -40,6 +54,9 @@ __all__ = [
 MAX_DEPTH = 6
 #: Hard ceiling on a for-each's ``max_items`` (larger fan-outs belong in child sagas).
 ITEMS_CEILING = 10_000
+#: How deep child sagas may nest (a child of a top-level saga is at depth 1). A start
+#: beyond it fails the node, so a saga that runs itself cannot recurse without end.
+MAX_CHILD_DEPTH = 5
 
 
 @dataclass(frozen=True)
@@ -112,7 +129,32 @@ class Choice:
     description: str = ""
 
 
-Node = TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice
+@dataclass(frozen=True)
+class ChildSaga:
+    """Run another registered saga type as one node, with its own row, history and trace;
+    the parent waits for it.
+
+    Nested TCC: the child is *tried* when it starts; once its whole tree succeeded it
+    reports its results and waits (``prepared``), and the parent goes on. When the parent
+    succeeds it confirms the child (the child confirms its own TCC steps and completes);
+    when the parent rolls back it cancels the child, which runs its own rollback. A child
+    that fails rolls itself back and fails the node. ``input`` builds the child's input
+    (default: the parent's input); ``deadline`` bounds each wait for the child."""
+
+    name: str
+    saga: type[Saga] | str
+    _: KW_ONLY
+    input: Mapper | None = None
+    when: Guard | None = None
+    #: ``None``: the latest registered version of the child type when it starts.
+    version: int | None = None
+    deadline: timedelta = timedelta(hours=1)
+    #: Retries of the confirm and cancel requests (each waits up to ``deadline``).
+    finish_retry: PolicyLike = DEFAULT_ROLLBACK_RETRY
+    description: str = ""
+
+
+Node = TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga
 #: A branch: one node, or a tuple of nodes run in order.
 Branch = Node | tuple[Node, ...]
 _COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice)
@@ -138,6 +180,10 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
                 out.append(f"{where}.{node.name}: a step inside a Race must be reversible "
                            "(losers are undone)")
             continue
+        if isinstance(node, ChildSaga):
+            out.extend(_child_problems(f"{where}.{node.name}", node, seen))
+            seen.add(node.name)
+            continue
         if not isinstance(node, _COMPOSITES):
             out.append(f"{where}: node {index} is {node!r}, not a step or a composite node")
             continue
@@ -155,6 +201,31 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
                 continue
             out.extend(node_problems(where, kids, seen, depth + 1, step_problems, race))
         out.extend(_own_problems(at, node))
+    return out
+
+
+def _child_problems(at: str, node: ChildSaga, seen: set[str]) -> list[str]:
+    from coordinator.definition import NAME_PATTERN, Saga, resolve_policy
+
+    out = _name_problems(at, node.name, seen)
+    target: Any = node.saga
+    if isinstance(target, type) and issubclass(target, Saga):
+        target = getattr(target, "name", None)
+    if not isinstance(target, str) or not NAME_PATTERN.match(target):
+        out.append(f"{at}: saga must be a Saga class or a registered saga type name, "
+                   f"got {node.saga!r}")
+    v = node.version
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        out.append(f"{at}: version must be None or an int >= 1, got {v!r}")
+    if not isinstance(node.deadline, timedelta) or node.deadline <= timedelta(0):
+        out.append(f"{at}: deadline must be a positive timedelta, got {node.deadline!r}")
+    for label, fn in (("input", node.input), ("when", node.when)):
+        if fn is not None and not callable(fn):
+            out.append(f"{at}: {label} must be callable, got {fn!r}")
+    try:
+        resolve_policy(node.finish_retry)
+    except (TypeError, ValueError) as exc:
+        out.append(f"{at}: bad finish_retry: {exc}")
     return out
 
 

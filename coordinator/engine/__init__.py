@@ -18,6 +18,7 @@ from coordinator.engine.decision import (
 from coordinator.engine.events import (
     Event,
     OperatorRepair,
+    ParentRequest,
     RepairVerb,
     ReplyReceived,
     SagaStarted,
@@ -47,6 +48,7 @@ __all__ = [
     "InvalidTransition",
     "OperatorRepair",
     "OutgoingCommand",
+    "ParentRequest",
     "Outstanding",
     "RepairVerb",
     "ReplyReceived",

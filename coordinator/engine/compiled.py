@@ -44,6 +44,8 @@ __all__ = [
 class StepKind(StrEnum):
     TCC = "tcc"
     SAGA = "saga"
+    #: Another saga type run as one node: tried (its tree runs), then confirmed or cancelled.
+    CHILD = "child"
 
 
 class GroupKind(StrEnum):
@@ -73,18 +75,26 @@ class CompiledStep:
     deadline: timedelta
     rollback_deadline: timedelta
     description: str = ""
+    #: A child saga node: the saga type it runs, and its version (``None``: the latest).
+    child: str | None = None
+    child_version: int | None = None
+
+    @property
+    def confirms(self) -> bool:
+        """Tried, then confirmed or cancelled: a TCC step, or a child saga."""
+        return self.kind is not StepKind.SAGA
 
     @property
     def forward_phase(self) -> Phase:
-        return Phase.TRY if self.kind is StepKind.TCC else Phase.ACTION
+        return Phase.TRY if self.confirms else Phase.ACTION
 
     @property
     def rollback_phase(self) -> Phase:
-        return Phase.CANCEL if self.kind is StepKind.TCC else Phase.COMPENSATE
+        return Phase.CANCEL if self.confirms else Phase.COMPENSATE
 
     @property
     def reversible(self) -> bool:
-        return self.kind is StepKind.TCC or self.compensable
+        return self.confirms or self.compensable
 
     def policy(self, phase: Phase) -> RetryPolicy:
         if phase.is_forward:
@@ -104,12 +114,14 @@ class CompiledStep:
             "guarded": self.when is not None,
             "retry": self.retry.model_dump(mode="json"),
             "finish_retry": self.finish_retry.model_dump(mode="json")
-            if self.kind is StepKind.TCC else None,
+            if self.confirms else None,
             "rollback_retry": self.rollback_retry.model_dump(mode="json")
             if self.reversible else None,
             "deadline_s": self.deadline.total_seconds(),
             "rollback_deadline_s": self.rollback_deadline.total_seconds(),
             "description": self.description,
+            **({"child": self.child, "child_version": self.child_version}
+               if self.child is not None else {}),
         }
 
 
@@ -249,6 +261,8 @@ def walk(node: CompiledNode) -> Iterator[CompiledNode]:
 def _compile_node(spec: Any) -> CompiledNode:
     if isinstance(spec, TccStep | SagaStep):
         return _compile_step(spec)
+    if isinstance(spec, flow.ChildSaga):
+        return _compile_child(spec)
     if isinstance(spec, flow.Sequence):
         return _group(spec.name, GroupKind.SEQUENCE, spec.steps, spec.description)
     if isinstance(spec, flow.Parallel | flow.Race):
@@ -303,4 +317,22 @@ def _compile_step(spec: TccStep | SagaStep) -> CompiledStep:
         when=spec.when, retry=resolve_policy(spec.retry), finish_retry=policy,
         rollback_retry=policy, deadline=spec.deadline,
         rollback_deadline=spec.rollback_deadline, description=spec.description,
+    )
+
+
+#: A child saga is tried once: a failed child has already run its own rollback, and a new
+#: one (an operator retry) is a new saga. Its confirm and cancel are retried like a TCC
+#: step's, each attempt waiting up to the child's deadline.
+_CHILD_TRY = RetryPolicy(max_attempts=1)
+
+
+def _compile_child(spec: flow.ChildSaga) -> CompiledStep:
+    child = spec.saga if isinstance(spec.saga, str) else spec.saga.name
+    finish = resolve_policy(spec.finish_retry)
+    return CompiledStep(
+        name=spec.name, kind=StepKind.CHILD, participant=child, action="child_saga",
+        compensable=True, payload=spec.input, rollback_payload=None, when=spec.when,
+        retry=_CHILD_TRY, finish_retry=finish, rollback_retry=finish, deadline=spec.deadline,
+        rollback_deadline=spec.deadline, description=spec.description, child=child,
+        child_version=spec.version,
     )

@@ -17,10 +17,12 @@ from coordinator.engine.decision import (
 from coordinator.engine.driver import drive
 from coordinator.engine.events import (
     Event,
+    ParentRequest,
     ReplyReceived,
     SagaStarted,
     TimerFired,
 )
+from coordinator.engine.nested import answer_parent, on_parent_request
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
 from coordinator.engine.state import SagaState, Status, StepState, trusted
@@ -58,6 +60,8 @@ def advance(
         ignored = on_reply(work, event) if not state.status.is_terminal else "saga finished"
     elif isinstance(event, TimerFired):
         ignored = on_timer(work, event) if not state.status.is_terminal else "saga finished"
+    elif isinstance(event, ParentRequest):
+        ignored = on_parent_request(work, event)
     else:
         on_repair(work, event)
     if ignored is not None:
@@ -95,6 +99,7 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> Sag
         input=model.model_dump(mode="json"),
         steps=steps,
         trace_context=dict(event.trace_context),
+        parent=event.parent,
         started_at=now,
         updated_at=now,
     )
@@ -117,6 +122,7 @@ def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
 
 
 def _decision(work: Work, event: Event) -> Decision:
+    answer_parent(work)
     work.update(updated_at=work.now, events_applied=work.state.events_applied + 1)
     note = "; ".join(work.notes) or "applied"
     # Built without validation: every value here has its field's type by construction.
@@ -127,6 +133,8 @@ def _decision(work: Work, event: Event) -> Decision:
         commands=work.commands,
         timers=work.timers,
         cancel_timers=work.cancel_timers,
+        children=work.children,
+        deliveries=work.deliveries,
         ignored=None,
         moves=work.moves,
     )

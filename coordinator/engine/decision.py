@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.engine.events import Event, TimerKind, event_from_json
-from coordinator.engine.state import SagaState
+from coordinator.engine.state import ParentLink, SagaState
 from participant_sdk.protocol import CommandEnvelope, Phase
 
 __all__ = [
+    "ChildStart",
     "Decision",
+    "Delivery",
     "EngineError",
     "HistoryEntry",
     "InvalidInput",
@@ -66,6 +69,33 @@ class TimerRequest(BaseModel):
     kind: TimerKind
 
 
+class ChildStart(BaseModel):
+    """A child saga to start in the parent's transaction (its id is the try's message id)."""
+
+    model_config = _FROZEN
+
+    saga_id: UUID
+    saga_type: str
+    #: ``None``: the latest registered version when it starts.
+    version: int | None
+    input: dict[str, Any]
+    trace_context: dict[str, str]
+    parent: ParentLink
+
+
+class Delivery(BaseModel):
+    """An event for another saga (a parent's request to its child, a child's answer),
+    written with this decision and applied later in that saga's own transaction: a change
+    never locks two saga rows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    saga_id: UUID
+    event: Event
+    #: Unique per delivery: a re-sent request or answer is stored once.
+    message_id: UUID
+
+
 class HistoryEntry(BaseModel):
     """One history row: the event, when it was applied, and what it did."""
 
@@ -99,6 +129,9 @@ class Decision(BaseModel):
     timers: list[TimerRequest] = Field(default_factory=list)
     #: Timer ids to delete (their saga moved on); deleting a missing one is fine.
     cancel_timers: list[str] = Field(default_factory=list)
+    #: Child sagas to start, and events for other sagas, committed with this decision.
+    children: list[ChildStart] = Field(default_factory=list)
+    deliveries: list[Delivery] = Field(default_factory=list)
     #: Why the event changed nothing (duplicate or stale reply, stale timer), else ``None``.
     ignored: str | None = None
     #: Every phase change (key, node, from, to) and status change ("", "", from, to) made,

@@ -5,12 +5,13 @@ the whole tree succeeded, every tried TCC step (in every branch) is confirmed at
 saga completes when the last confirm is acknowledged. When a node fails for good and no race
 absorbs it, rollback undoes everything that was, or may have been, applied: one child at a
 time in reverse order of completion inside sequences, independent branches at once.
-Branches a race gave up on are undone in the background, whatever the stage.
+Branches a race gave up on are undone in the background, whatever the stage. A child saga
+whose tree succeeded is ``prepared``: it confirms or rolls back when its parent says so.
 """
 
 from __future__ import annotations
 
-from coordinator.engine.compiled import CompiledStep, StepKind
+from coordinator.engine.compiled import CompiledStep
 from coordinator.engine.decision import EngineError
 from coordinator.engine.leaf import abandon_forward, go_dead, send_finish
 from coordinator.engine.nodes import ROOT, Progress, forward, undo
@@ -46,6 +47,10 @@ def _stage(w: Work) -> bool:
         progress = forward(w, root, "", ROOT)
         if progress is Progress.WAITING:
             return False
+        if progress is Progress.DONE and w.get("parent") is not None:
+            w.update(stage=Stage.PREPARED)  # a child: its parent confirms or cancels it
+            w.note("tree done: waiting for the parent saga to confirm or cancel")
+            return False
         if progress is Progress.DONE:
             w.update(stage=Stage.CONFIRM)
         else:
@@ -54,6 +59,8 @@ def _stage(w: Work) -> bool:
         return True
     if stage is Stage.CONFIRM:
         return _confirm(w)
+    if stage is Stage.PREPARED:
+        return False
     if stage is Stage.ROLLBACK and undo(w, root, "", ROOT) is Progress.DONE:
         outcome = w.get("rollback_outcome") or Status.COMPENSATED
         w.update(status=outcome, stage=Stage.DONE, finished_at=w.now)
@@ -92,7 +99,7 @@ def _confirm(w: Work) -> bool:
     undoing = set(w.get("undoing"))
     for key, step in w.ordered():
         spec = w.definition.node(step.node)
-        if not isinstance(spec, CompiledStep) or spec.kind is not StepKind.TCC:
+        if not isinstance(spec, CompiledStep) or not spec.confirms:
             continue
         if undoing and _under(w, key, undoing):
             continue  # a race gave its branch up: it is being cancelled, never confirmed

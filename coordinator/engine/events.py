@@ -12,11 +12,13 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from coordinator.engine.state import ParentLink
 from participant_sdk.protocol import Phase, ReplyEnvelope
 
 __all__ = [
     "Event",
     "OperatorRepair",
+    "ParentRequest",
     "RepairVerb",
     "ReplyReceived",
     "SagaStarted",
@@ -63,6 +65,8 @@ class SagaStarted(_EventBase):
     version: int
     input: dict[str, Any]
     trace_context: dict[str, str] = Field(default_factory=dict)
+    #: A child saga's parent (its first request is the try that started it).
+    parent: ParentLink | None = None
 
 
 class ReplyReceived(_EventBase):
@@ -99,8 +103,22 @@ class OperatorRepair(_EventBase):
     result: dict[str, Any] | None = None
 
 
+class ParentRequest(_EventBase):
+    """A parent saga asks its child to confirm (the parent succeeded) or cancel (it rolls
+    back). The child answers with a reply addressed to the parent's node, like a participant."""
+
+    type: Literal["parent_request"] = "parent_request"
+    parent_id: UUID
+    step: str
+    phase: Phase
+    attempt: int
+    message_id: UUID
+    reason: str = ""
+
+
 Event = Annotated[
-    SagaStarted | ReplyReceived | TimerFired | OperatorRepair, Field(discriminator="type")
+    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest,
+    Field(discriminator="type"),
 ]
 
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

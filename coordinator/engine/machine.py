@@ -43,7 +43,7 @@ def build_machine(root: CompiledGroup) -> tuple[tuple[str, ...], tuple[Transitio
     """Flat states (``<node>.<phase>`` and the saga's own) and every edge between them."""
     from coordinator.engine.compiled import Transition, walk
 
-    states: list[str] = ["start", "running", "confirming", "compensating"]
+    states: list[str] = ["start", "running", "prepared", "confirming", "compensating"]
     edges: list[Transition] = []
     for node in walk(root):
         if not node.name:

@@ -20,6 +20,7 @@ from participant_sdk.protocol import Phase
 __all__ = [
     "ErrorRecord",
     "Outstanding",
+    "ParentLink",
     "SagaState",
     "Stage",
     "Status",
@@ -53,6 +54,8 @@ class Stage(StrEnum):
     """Which walk over the tree the saga is on."""
 
     FORWARD = "forward"  # running the tree: trying / executing steps as their nodes allow
+    #: A child saga's tree succeeded: it waits for its parent to confirm or cancel it.
+    PREPARED = "prepared"
     CONFIRM = "confirm"  # the whole tree succeeded: confirming all tried TCC steps at once
     ROLLBACK = "rollback"  # undoing, in reverse order of completion along each path
     DONE = "done"
@@ -122,6 +125,23 @@ class Outstanding(BaseModel):
     deadline_timer: str
 
 
+class ParentLink(BaseModel):
+    """A child saga's parent, and the parent's latest request to it (try, confirm or cancel),
+    which the child answers once, when it can."""
+
+    model_config = _FROZEN
+
+    saga_id: UUID
+    #: The parent's node key that runs this child.
+    step: str
+    #: 1 for a child of a top-level saga.
+    depth: int
+    phase: Phase
+    attempt: int
+    message_id: UUID
+    answered: bool = False
+
+
 class StepState(BaseModel):
     """One node of the saga: a step (later also a group, a wait, a sleep or a child saga)."""
 
@@ -188,6 +208,8 @@ class SagaState(BaseModel):
     #: Why the saga is rolling back, dead, cancelled or resolved.
     reason: str | None = None
     trace_context: dict[str, str] = Field(default_factory=dict)
+    #: Set on a child saga: the parent saga and node it runs for.
+    parent: ParentLink | None = None
     #: The step whose failure started the rollback, if a step's did.
     cause: str | None = None
     #: Branches being undone while the saga goes on (a race's losers and failed branches).

@@ -6,10 +6,17 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from coordinator.engine.compiled import CompiledSaga, CompiledStep
-from coordinator.engine.decision import OutgoingCommand, TimerRequest
-from coordinator.engine.events import TimerKind
-from coordinator.engine.state import Outstanding, SagaState, StepPhase, StepState, replace
+from coordinator.engine.compiled import CompiledSaga, CompiledStep, StepKind
+from coordinator.engine.decision import ChildStart, Delivery, OutgoingCommand, TimerRequest
+from coordinator.engine.events import Event, ParentRequest, TimerKind
+from coordinator.engine.state import (
+    Outstanding,
+    ParentLink,
+    SagaState,
+    StepPhase,
+    StepState,
+    replace,
+)
 from participant_sdk.protocol import CommandEnvelope, Phase
 
 __all__ = ["ACTIVE_PHASE", "Work", "message_id", "timer_id"]
@@ -47,6 +54,8 @@ class Work:
         self.commands: list[OutgoingCommand] = []
         self.timers: list[TimerRequest] = []
         self.cancel_timers: list[str] = []
+        self.children: list[ChildStart] = []
+        self.deliveries: list[Delivery] = []
         self.notes: list[str] = []
         #: The steps mapping this decision built (safe to edit in place), if any.
         self._own_steps: dict[str, StepState] | None = None
@@ -155,28 +164,32 @@ class Work:
         spec, step = self.spec(key), self.step(key)
         attempt = step.attempt(phase) + 1
         saga_id = self._state.saga_id
-        envelope = CommandEnvelope(
-            message_id=message_id(saga_id, key, phase, attempt),
-            saga_id=saga_id,
-            saga_type=self._state.saga_type,
-            step=key,
-            phase=phase,
-            attempt=attempt,
-            participant=spec.participant,
-            action=spec.action,  # every phase carries the step's own action
-            payload=payload,
-            reply_to=self.definition.reply_topic,
-        )
-        self.commands.append(
-            OutgoingCommand(topic=self.definition.command_topic(spec), envelope=envelope)
-        )
+        mid = message_id(saga_id, key, phase, attempt)
+        if spec.kind is StepKind.CHILD:
+            self._ask_child(spec, key, phase, attempt, mid, payload)
+        else:
+            envelope = CommandEnvelope(
+                message_id=mid,
+                saga_id=saga_id,
+                saga_type=self._state.saga_type,
+                step=key,
+                phase=phase,
+                attempt=attempt,
+                participant=spec.participant,
+                action=spec.action,  # every phase carries the step's own action
+                payload=payload,
+                reply_to=self.definition.reply_topic,
+            )
+            self.commands.append(
+                OutgoingCommand(topic=self.definition.command_topic(spec), envelope=envelope)
+            )
         deadline = self.add_timer(key, phase, attempt, TimerKind.DEADLINE,
                                   self.now + spec.deadline_for(phase))
         self.update_step(
             key,
             phase=ACTIVE_PHASE[phase],
             attempts={**step.attempts, phase: attempt},
-            outstanding=Outstanding(message_id=envelope.message_id, phase=phase,
+            outstanding=Outstanding(message_id=mid, phase=phase,
                                     attempt=attempt, sent_at=self.now,
                                     deadline_timer=deadline),
             retry_timer=None,
@@ -184,6 +197,29 @@ class Work:
             started_at=step.started_at or self.now,
         )
         self.note(f"{key}: sent {phase.value} attempt {attempt}")
+
+    def _ask_child(self, spec: CompiledStep, key: str, phase: Phase, attempt: int,
+                   mid: uuid.UUID, payload: dict[str, Any]) -> None:
+        """A child saga node's command: its try starts the child (whose id is the try's
+        message id); its confirm and cancel are requests delivered to that child."""
+        saga_id = self._state.saga_id
+        if phase is Phase.TRY:
+            own: ParentLink | None = self.get("parent")
+            link = ParentLink(saga_id=saga_id, step=key, depth=(own.depth if own else 0) + 1,
+                              phase=phase, attempt=attempt, message_id=mid)
+            assert spec.child is not None
+            self.children.append(ChildStart(
+                saga_id=mid, saga_type=spec.child, version=spec.child_version,
+                input=payload, trace_context=dict(self._state.trace_context), parent=link))
+            return
+        child = message_id(saga_id, key, Phase.TRY, self.step(key).attempt(Phase.TRY))
+        self.deliver(child, ParentRequest(parent_id=saga_id, step=key, phase=phase,
+                                          attempt=attempt, message_id=mid,
+                                          reason=self.get("reason") or ""), mid)
+
+    def deliver(self, saga_id: uuid.UUID, event: Event, mid: uuid.UUID) -> None:
+        """An event for another saga, applied in that saga's own transaction later."""
+        self.deliveries.append(Delivery(saga_id=saga_id, event=event, message_id=mid))
 
     def add_timer(
         self, key: str, phase: Phase, attempt: int, kind: TimerKind, due_at: datetime

@@ -16,6 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from coordinator.engine import Decision, Event, TimerRequest
+from coordinator.engine.decision import Delivery
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -26,7 +27,10 @@ from participant_sdk.protocol import (
     encode,
 )
 
-__all__ = ["Change", "LockedSaga", "write_changes"]
+__all__ = ["DELIVERY_KIND", "Change", "LockedSaga", "write_changes"]
+
+#: ``timers.kind`` of a delivery: an event for another saga, due at once (see 0004).
+DELIVERY_KIND: Final = "deliver"
 
 
 @dataclass(slots=True)
@@ -101,6 +105,14 @@ ON CONFLICT (id) DO NOTHING
 """
 
 
+_INSERT_DELIVERIES: Final = """
+INSERT INTO timers (id, saga_id, due_at, kind, event)
+SELECT u.id, u.saga_id, u.due_at, 'deliver', u.event
+FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::json[]) AS u(id, saga_id, due_at, event)
+ON CONFLICT (id) DO NOTHING
+"""
+
+
 def command_headers(trace_context: Mapping[str, str]) -> dict[str, str]:
     """Kafka headers of a command: its kind, the protocol and the saga's trace context."""
     from participant_sdk.protocol import PROTOCOL_VERSION
@@ -118,10 +130,15 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change]) -> datetime | None:
-    """Persist ``changes`` (in order); return the earliest due time of the timers inserted."""
+async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
+                        deliveries: Sequence[tuple[Delivery, datetime]] = ()) -> datetime | None:
+    """Persist ``changes`` (in order) and their deliveries, and ``deliveries`` made by the
+    store itself; return the earliest due time of the timers inserted."""
+    sent = [(d, c.now) for c in changes for d in c.decision.deliveries] + list(deliveries)
+    if sent:
+        await write_deliveries(conn, sent)
     if not changes:
-        return None
+        return min(at for _, at in sent) if sent else None
     await conn.execute(
         _INSERT_HISTORY,
         [c.saga.saga_id for c in changes],
@@ -162,7 +179,23 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change]) -> 
         for cmd in c.decision.commands
     ]
     await enqueue(conn, messages)
-    return await _write_timers(conn, changes, finals)
+    earliest = await _write_timers(conn, changes, finals)
+    if sent:
+        first = min(at for _, at in sent)
+        earliest = first if earliest is None else min(earliest, first)
+    return earliest
+
+
+async def write_deliveries(conn: asyncpg.Connection,
+                           deliveries: Sequence[tuple[Delivery, datetime]]) -> None:
+    """Deliveries as timers due at once; a re-sent one (same message id) is stored once."""
+    await conn.execute(
+        _INSERT_DELIVERIES,
+        [f"{d.saga_id}:deliver:{d.message_id}" for d, _ in deliveries],
+        [d.saga_id for d, _ in deliveries],
+        [at for _, at in deliveries],
+        [_dumps(d.event.to_json()) for d, _ in deliveries],
+    )
 
 
 async def _write_timers(
@@ -199,5 +232,6 @@ async def _write_timers(
         earliest = min(t.due_at for _, t in rows)
     if finished:
         # A saga that ended needs no timer; the core cancels its own, this is the backstop.
-        await conn.execute("DELETE FROM timers WHERE saga_id = ANY($1::uuid[])", finished)
+        await conn.execute("DELETE FROM timers WHERE saga_id = ANY($1::uuid[]) "
+                           "AND event IS NULL", finished)
     return earliest

@@ -35,6 +35,10 @@ from coordinator.engine import (
     advance,
 )
 from coordinator.engine import InvalidInput as EngineInvalidInput
+from coordinator.engine.decision import ChildStart, Delivery
+from coordinator.engine.events import ParentRequest, event_from_json
+from coordinator.engine.nested import answer_unknown_child, refuse_child
+from coordinator.flow import MAX_CHILD_DEPTH
 from coordinator.observability.tracing import traced_start
 from coordinator.store import queries
 from coordinator.store._writes import (
@@ -119,6 +123,20 @@ class _Timer:
     phase: str
     attempt: int
     kind: str
+    #: A delivery's event (JSON text); ``None`` for a real timer.
+    event: str | None = None
+
+    def pending(self) -> PendingEvent:
+        """The event this row fires: its ``TimerFired``, or the delivered event (kept as a
+        dead letter if the core refuses it)."""
+        if self.event is None:
+            return PendingEvent(self.saga_id, TimerFired(
+                timer_id=self.timer_id, step=self.step, phase=Phase(self.phase),
+                attempt=self.attempt, kind=TimerKind(self.kind)), actor="timer")
+        letter = DeadLetter(source="coordinator:deliveries", reason="",
+                            payload=self.event.encode(), key=str(self.saga_id).encode())
+        return PendingEvent(self.saga_id, event_from_json(json.loads(self.event)),
+                            actor="delivery", dead_letter=letter)
 
 
 class SagaStore:
@@ -274,9 +292,7 @@ class SagaStore:
         except ValidationError as exc:
             raise InvalidInput(saga_type, exc.errors(include_url=False)) from exc
         data = model.model_dump(mode="json")
-        digest = hashlib.sha256(
-            json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-        ).digest()
+        digest = _input_hash(data)
         if trace_context is None:
             trace_context = {}
             propagate.inject(trace_context)
@@ -296,21 +312,9 @@ class SagaStore:
             except EngineInvalidInput as exc:
                 raise InvalidInput(saga_type, [{"loc": (), "msg": str(exc)}]) from exc
             inserted = await conn.fetchval(
-                """
-                INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input_hash,
-                                   trace_context, history_seq, created_at, updated_at,
-                                   last_progress_at)
-                VALUES ($1, $2, $3, $4, $5::json, $6, $7::jsonb, 0, $8, $8, $8)
-                ON CONFLICT (id) DO NOTHING RETURNING true
-                """,
-                sid,
-                definition.name,
-                definition.version,
-                decision.state.status.value,
-                json.dumps(decision.state.to_json()),
-                digest,
-                json.dumps(trace_context),
-                now,
+                _INSERT_SAGA, sid, definition.name, definition.version,
+                decision.state.status.value, json.dumps(decision.state.to_json()), digest,
+                json.dumps(trace_context), now, None,
             )
             if not inserted:
                 row = await conn.fetchrow(
@@ -331,7 +335,7 @@ class SagaStore:
                 trace_context=trace_context,
                 history_seq=0,
             )
-            earliest = await _write(
+            earliest = await self._write(
                 conn, [Change(locked, 1, event, decision, now, actor)]
             )
             # The row as written (INSERT, then the snapshot update of history seq 1): no read back.
@@ -369,7 +373,7 @@ class SagaStore:
             now = self._clock()
             decision = advance(self._definition_of(saga), _state(saga), event, now)
             change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
-            earliest = await _write(conn, [change])
+            earliest = await self._write(conn, [change])
             return _result(change), earliest
 
         result, earliest = await self._retrying(work)
@@ -448,13 +452,65 @@ class SagaStore:
             )
             changes.append(change)
             results.append(_result(change))
-        earliest = await _write(conn, changes)
+        earliest = await self._write(conn, changes)
         for letter in letters:
             await record_dead_letter(conn, letter)
         return results, earliest
 
     def _definition_of(self, saga: LockedSaga) -> CompiledSaga:
         return self.definition(saga.saga_type, saga.version)
+
+    async def _write(self, conn: asyncpg.Connection, changes: Sequence[Change]
+                     ) -> datetime | None:
+        """Write ``changes`` and start the child sagas they ask for, in this transaction
+        (a child's own first decision may start grandchildren: each is a new row)."""
+        changes = list(changes)
+        refused: list[tuple[Delivery, datetime]] = []
+        index = 0
+        while index < len(changes):
+            change = changes[index]
+            index += 1
+            for start in change.decision.children:
+                child = await self._start_child(conn, start, change.now)
+                if isinstance(child, Delivery):
+                    refused.append((child, change.now))
+                elif child is not None:
+                    changes.append(child)
+        written = _WRITTEN.get()
+        if written is not None:
+            written.extend(changes)
+        return await write_changes(conn, changes, refused)
+
+    async def _start_child(self, conn: asyncpg.Connection, start: ChildStart, now: datetime
+                           ) -> Change | Delivery | None:
+        """Insert a child saga's row and first decision; a child that cannot start is a
+        refusal delivered to its parent. ``None``: it exists already."""
+        if start.parent.depth > MAX_CHILD_DEPTH:
+            return refuse_child(start, f"child sagas may nest {MAX_CHILD_DEPTH} deep; "
+                                       f"this one would be at depth {start.parent.depth}")
+        try:
+            definition = self.definition(start.saga_type, start.version)
+        except StoreError as exc:
+            return refuse_child(start, str(exc))
+        event = SagaStarted(saga_id=start.saga_id, saga_type=definition.name,
+                            version=definition.version, input=start.input,
+                            trace_context=start.trace_context, parent=start.parent)
+        try:
+            decision = advance(definition, None, event, now)
+        except EngineError as exc:
+            return refuse_child(start, str(exc))
+        inserted = await conn.fetchval(
+            _INSERT_SAGA, start.saga_id, definition.name, definition.version,
+            decision.state.status.value, json.dumps(decision.state.to_json()),
+            _input_hash(decision.state.input), json.dumps(start.trace_context), now,
+            start.parent.saga_id,
+        )
+        if not inserted:
+            return None
+        locked = LockedSaga(saga_id=start.saga_id, saga_type=definition.name,
+                            version=definition.version, snapshot={},
+                            trace_context=dict(start.trace_context), history_seq=0)
+        return Change(locked, 1, event, decision, now, f"parent:{start.parent.saga_id}")
 
     # -- timers ----------------------------------------------------------------------------
 
@@ -464,14 +520,15 @@ class SagaStore:
         One transaction: claim with ``FOR UPDATE SKIP LOCKED``, lock their sagas with
         ``SKIP LOCKED`` too (a saga busy with another change keeps its timer for the next tick,
         so a timer claim never waits while holding locks), apply, delete the fired timers.
-        Returns how many timers fired.
+        Returns how many timers fired (a delivery to a saga that does not exist counts:
+        it was handled).
         """
 
         async def work(conn: asyncpg.Connection) -> tuple[int, datetime | None]:
             at = now or self._clock()
             rows = await conn.fetch(
                 """
-                SELECT id, saga_id, due_at, step, phase, attempt, kind FROM timers
+                SELECT id, saga_id, due_at, step, phase, attempt, kind, event FROM timers
                 WHERE due_at <= $1 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED
                 """,
                 at,
@@ -480,33 +537,29 @@ class SagaStore:
             if not rows:
                 return 0, None
             timers = [_Timer(r["id"], r["saga_id"], r["due_at"], r["step"], r["phase"],
-                             r["attempt"], r["kind"]) for r in rows]
+                             r["attempt"], r["kind"], r["event"]) for r in rows]
             ids = sorted({t.saga_id for t in timers})
             locked = {
                 r["id"]: LockedSaga.from_row(r)
                 for r in await conn.fetch(LOCK_SAGAS_SKIP_LOCKED, ids)
             }
             missing = [i for i in ids if i not in locked]
+            answered = 0
             if missing:
                 existing = {
                     r["id"] for r in await conn.fetch(
                         "SELECT id FROM sagas WHERE id = ANY($1::uuid[])", missing)
                 }
-                orphans = [t.timer_id for t in timers
-                           if t.saga_id in set(missing) - existing]
+                orphans = [t for t in timers if t.saga_id in set(missing) - existing]
                 if orphans:
-                    await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])", orphans)
+                    await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])",
+                                       [t.timer_id for t in orphans])
+                    undelivered = [t for t in orphans if t.event]
+                    await self._undeliverable(conn, undelivered, at)
+                    answered = len(undelivered)
             due = sorted((t for t in timers if t.saga_id in locked),
                          key=lambda t: (t.saga_id, t.due_at, t.timer_id))
-            pending = [
-                PendingEvent(
-                    t.saga_id,
-                    TimerFired(timer_id=t.timer_id, step=t.step, phase=Phase(t.phase),
-                               attempt=t.attempt, kind=TimerKind(t.kind)),
-                    actor="timer",
-                )
-                for t in due
-            ]
+            pending = [t.pending() for t in due]
             results, earliest = await self._apply_locked(
                 conn, locked, pending, at, fired=[t.timer_id for t in due]
             )
@@ -517,11 +570,29 @@ class SagaStore:
                 log.error("timers refused by the core and dropped: %s (%s)", rejected,
                           [r.reason for r in results if r.outcome is ApplyOutcome.REJECTED])
                 await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])", rejected)
-            return len(due), earliest
+            return len(due) + answered, earliest
 
         fired, earliest = await self._retrying(work)
         self._notify_timers(earliest)
         return fired  # type: ignore[no-any-return]
+
+    async def _undeliverable(self, conn: asyncpg.Connection, rows: Sequence[_Timer],
+                             now: datetime) -> None:
+        """Deliveries to a saga that does not exist: a parent's request to a child that was
+        never started gets its answer; anything else is kept as a dead letter."""
+        answers: list[tuple[Delivery, datetime]] = []
+        for row in rows:
+            assert row.event is not None
+            event = event_from_json(json.loads(row.event))
+            if isinstance(event, ParentRequest):
+                answers.append((answer_unknown_child(row.saga_id, event), now))
+            else:
+                letter = row.pending().dead_letter
+                assert letter is not None
+                await record_dead_letter(conn, replace(
+                    letter, reason=f"delivery to unknown saga {row.saga_id}"))
+        if answers:
+            await write_changes(conn, [], answers)
 
     async def next_timer_due(self) -> datetime | None:
         """When the earliest timer is due (None when there is none)."""
@@ -599,11 +670,18 @@ class SagaStore:
         return self.definition(saga_type, version)
 
 
-async def _write(conn: asyncpg.Connection, changes: Sequence[Change]) -> datetime | None:
-    written = _WRITTEN.get()
-    if written is not None:
-        written.extend(changes)
-    return await write_changes(conn, changes)
+_INSERT_SAGA: Final = """
+INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input_hash, trace_context,
+                   history_seq, created_at, updated_at, last_progress_at, parent_id)
+VALUES ($1, $2, $3, $4, $5::json, $6, $7::jsonb, 0, $8, $8, $8, $9)
+ON CONFLICT (id) DO NOTHING RETURNING true
+"""
+
+
+def _input_hash(data: dict[str, Any]) -> bytes:
+    """sha256 of the canonical validated input: the same id with another input conflicts."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+                          ).digest()
 
 
 def _state(saga: LockedSaga) -> SagaState:

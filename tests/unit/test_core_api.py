@@ -19,7 +19,7 @@ from participant_sdk.protocol import Phase
 
 ENGINE = {
     "CompiledSaga", "CompiledStep", "Decision", "EngineError", "ErrorRecord", "Event",
-    "HistoryEntry", "InvalidInput", "InvalidTransition", "OperatorRepair", "OutgoingCommand",
+    "HistoryEntry", "InvalidInput", "InvalidTransition", "OperatorRepair", "OutgoingCommand", "ParentRequest",
     "Outstanding", "RepairVerb", "ReplyReceived", "SagaStarted", "SagaState", "Stage",
     "Status", "StepKind", "StepPhase", "StepState", "TimerFired", "TimerKind", "TimerRequest",
     "advance", "compile_saga", "event_from_json", "message_id", "replay", "timer_id",

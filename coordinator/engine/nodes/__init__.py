@@ -6,6 +6,7 @@ from coordinator.engine.nodes.base import ROOT, Progress, Scope, forward, undo
 base.KINDS.update({
     "tcc": step.KIND,
     "saga": step.KIND,
+    "child": step.KIND,  # a child saga is a step whose participant is another saga
     "sequence": sequence.KIND,
     "parallel": parallel.KIND,
     "foreach": foreach.KIND,

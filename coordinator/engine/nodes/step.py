@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine import leaf
-from coordinator.engine.compiled import CompiledNode, CompiledStep, StepKind
+from coordinator.engine.compiled import CompiledNode, CompiledStep
 from coordinator.engine.nodes.base import RESULT_PHASES, Kind, Progress, Scope
 from coordinator.engine.state import StepPhase, StepState
 
@@ -84,7 +84,7 @@ def children(w: Work, spec: CompiledStep, key: str, scope: Scope
 
 def edges(spec: CompiledStep) -> Iterable[tuple[str, str, str]]:
     """Every move of a step's phase that the engine makes (checked by a property test)."""
-    tcc = spec.kind is StepKind.TCC
+    tcc = spec.confirms
     fwd, done = ("trying", "tried") if tcc else ("executing", "succeeded")
     back, backed = ("cancelling", "cancelled") if tcc else ("compensating", "compensated")
     out = [
