@@ -91,6 +91,10 @@ def _chain(lines: list[str], nodes: Sequence[CompiledNode], pad: str) -> tuple[s
 
 def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
     nid = _node_id(node.name)
+    if isinstance(node, CompiledStep) and node.child is not None:
+        lines.append(f'{pad}state "{_label(node.name)} (child saga {node.child}; '
+                     f'confirmed or cancelled with this saga)" as {nid}')
+        return nid
     if isinstance(node, CompiledStep):
         undo = "cancel" if node.kind is StepKind.TCC else (
             "compensate" if node.reversible else "cannot be undone")

@@ -155,8 +155,24 @@ class SagaSummary(BaseModel):
     last_progress_at: datetime
 
 
+class ChildOut(BaseModel):
+    """A child saga, run by one node of its parent."""
+
+    saga_id: UUID
+    saga_type: str
+    status: Status
+    #: The parent's node key that runs it.
+    node: str
+    created_at: datetime
+
+
 class SagaDetail(SagaSummary):
     input: dict[str, Any]
+    #: Set on a child saga: its parent and the parent's node that runs it.
+    parent_id: UUID | None = None
+    parent_node: str | None = None
+    #: The child sagas this saga started (oldest first, at most 1,000).
+    children: list[ChildOut] = []
     steps: list[StepOut]
     #: Results of the steps whose forward phase succeeded, by step.
     result: dict[str, dict[str, Any] | None]
@@ -424,7 +440,8 @@ def _error(state: SagaState, key: str | None) -> ErrorOut | None:
                                              at=err.at)
 
 
-def detail(record: SagaRecord, stuck: bool) -> SagaDetail:
+def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = None
+           ) -> SagaDetail:
     state = record.state
     steps = [
         StepOut(key=s.key, node=s.node, parent=s.parent, phase=s.phase,
@@ -437,7 +454,10 @@ def detail(record: SagaRecord, stuck: bool) -> SagaDetail:
     return SagaDetail(**summary(record, stuck), input=state.input, steps=steps,
                       result=state.results(), dead_step=state.dead_step,
                       resolution=state.resolution, history_length=record.history_seq,
-                      finished_at=state.finished_at)
+                      finished_at=state.finished_at,
+                      parent_id=state.parent.saga_id if state.parent else None,
+                      parent_node=state.parent.step if state.parent else None,
+                      children=children or [])
 
 
 def dead_saga(record: SagaRecord) -> DeadSagaOut:

@@ -59,6 +59,8 @@ WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
   AND (s.last_progress_at < $2 OR ($3 > 0 AND cur.attempt - 1 >= $3))
   AND ($5::uuid[] IS NULL OR s.id = ANY($5::uuid[]))
+  -- a prepared child saga waits for its parent by design; the parent is what may be stuck
+  AND (s.parent_id IS NULL OR s.snapshot->>'stage' <> 'prepared')
 ORDER BY s.last_progress_at, s.id
 LIMIT $4
 """

@@ -270,3 +270,19 @@ async def sagas_needing_checkpoint(
         limit,
     )
     return [r["id"] for r in rows]
+
+
+#: At most this many children are listed with a saga (a for-each of children can be large).
+CHILDREN_SHOWN = 1000
+
+
+async def list_children(conn: asyncpg.Connection, saga_id: UUID
+                        ) -> list[tuple[UUID, str, str, str, datetime]]:
+    """The child sagas of ``saga_id``, oldest first: (id, type, status, parent node key,
+    created at)."""
+    rows = await conn.fetch(
+        "SELECT id, saga_type, status, snapshot::jsonb #>> '{parent,step}' AS node, "
+        "created_at FROM sagas WHERE parent_id = $1 ORDER BY created_at, id LIMIT $2",
+        saga_id, CHILDREN_SHOWN)
+    return [(r["id"], r["saga_type"], r["status"], r["node"] or "", r["created_at"])
+            for r in rows]

@@ -55,6 +55,8 @@ class _Canvas:
 
 
 def _label(node: CompiledStep) -> str:
+    if node.child is not None:
+        return f"{node.name} · child saga {node.child}"
     undo = "cancel" if node.kind is StepKind.TCC else (
         "compensate" if node.reversible else "no undo")
     return f"{node.name} · {node.participant}.{node.action} · {undo}"

@@ -181,7 +181,6 @@ def test_a_viewer_sees_no_repair_buttons_and_a_forged_post_is_refused(
 
 
 def _sign_in_again_as(driver: Any, site: Site, token: str) -> None:
-    from selenium.webdriver.common.by import By
 
     _sign_out(driver)
     _sign_in(driver, site, token)

@@ -224,3 +224,49 @@ async def test_a_slow_child_is_cancelled_when_the_parent_stops_waiting(
     assert record is not None and record.status == "compensated"
     kids = await _children(store, parent)
     assert [k["status"] for k in kids] == ["compensated", "compensated"]
+
+
+async def test_the_api_lists_a_sagas_children_and_a_childs_parent(store: SagaStore) -> None:
+    import httpx
+
+    from coordinator.api.app import create_app
+    from coordinator.api.auth import TokenAuth
+    from coordinator.api.settings import ApiSettings
+    from tests.integration.test_api_support import TOKENS, VIEWER, bearer
+
+    parent = (await store.start_saga("checkout", {"order_id": "api"})).record.saga_id
+    await _settle(store)
+    app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), run_jobs=False)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+        body = (await client.get(f"/sagas/{parent}", headers=bearer(VIEWER))).json()
+        assert body["parent_id"] is None
+        assert sorted((c["node"], c["status"], c["saga_type"]) for c in body["children"]) == [
+            ("east", "completed", "ship"), ("west", "completed", "ship")]
+        kid = body["children"][0]["saga_id"]
+        child = (await client.get(f"/sagas/{kid}", headers=bearer(VIEWER))).json()
+        assert child["parent_id"] == str(parent) and child["children"] == []
+        assert child["parent_node"] == body["children"][0]["node"]
+
+
+async def test_a_prepared_child_is_not_stuck_its_waiting_parent_may_be(
+        store: SagaStore) -> None:
+    from coordinator.observability.stuck import list_stuck
+
+    parent = (await store.start_saga("checkout", {"order_id": "idle"})).record.saga_id
+    answered: set[uuid.UUID] = set()
+    for _ in range(10):  # everything but notify is answered: the children stay prepared
+        for cmd in await outbox_commands(store, delete=False):
+            if cmd.step != "notify" and cmd.message_id not in answered:
+                answered.add(cmd.message_id)
+                await store.apply(cmd.saga_id, ReplyReceived(reply=reply_to(cmd, Outcome.OK)))
+        await store.fire_due_timers()
+    kids = await _children(store, parent)
+    for k in kids:
+        child = await store.get_saga(k["id"])
+        assert child is not None
+        assert (child.status, child.state.stage.value) == ("running", "prepared"), child.state
+    later = store._clock() + timedelta(days=1)
+    async with store.pool.acquire() as conn:
+        stuck = {s.saga_id for s in await list_stuck(conn, now=later)}
+    assert stuck == {parent}

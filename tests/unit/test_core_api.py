@@ -19,8 +19,9 @@ from participant_sdk.protocol import Phase
 
 ENGINE = {
     "CompiledSaga", "CompiledStep", "Decision", "EngineError", "ErrorRecord", "Event",
-    "HistoryEntry", "InvalidInput", "InvalidTransition", "OperatorRepair", "OutgoingCommand", "ParentRequest",
-    "Outstanding", "RepairVerb", "ReplyReceived", "SagaStarted", "SagaState", "Stage",
+    "HistoryEntry", "InvalidInput", "InvalidTransition", "OperatorRepair", "OutgoingCommand",
+    "ParentRequest", "Outstanding", "RepairVerb", "ReplyReceived", "SagaStarted", "SagaState",
+    "Stage",
     "Status", "StepKind", "StepPhase", "StepState", "TimerFired", "TimerKind", "TimerRequest",
     "advance", "compile_saga", "event_from_json", "message_id", "replay", "timer_id",
 }
