@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
-from coordinator.flow import Choice, ForEach, Parallel, Race
+from coordinator.flow import ChildSaga, Choice, ForEach, Parallel, Race
 from coordinator.registry import SagaRegistry
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
@@ -83,6 +83,40 @@ class TreeOrder(Saga):
         Choice("gift", ((lambda ctx: ctx.input.gift,
                          SagaStep("wrap", "jobs", "book", compensable=True, retry=QUICK,
                                   payload=lambda ctx: {"ref": "wrap", "reject": True})),)),
+    )
+
+
+class ShipInput(BaseModel):
+    ref: str
+    reject: bool = False
+
+
+class ShipChild(Saga):
+    """Run by :class:`ChildOrder` as a child saga: a TCC hold and a booking of its own."""
+
+    name = "ship_child"
+    input_model = ShipInput
+    steps = (
+        TccStep("crate", "ledger", "hold", retry=QUICK, payload=lambda ctx: {"amount": 1}),
+        SagaStep("truck", "jobs", "book", compensable=True, retry=QUICK,
+                 payload=lambda ctx: {"ref": ctx.input.ref, "reject": ctx.input.reject}),
+    )
+
+
+class ChildInput(BaseModel):
+    reject_child: bool = False
+    reject_after: bool = False
+
+
+class ChildOrder(Saga):
+    name = "child_order"
+    input_model = ChildInput
+    steps = (
+        TccStep("hold", "ledger", "hold", retry=QUICK, payload=lambda ctx: {"amount": 5}),
+        ChildSaga("ship", ShipChild, deadline=timedelta(seconds=30),
+                  input=lambda ctx: {"ref": "ship", "reject": ctx.input.reject_child}),
+        SagaStep("invoice", "jobs", "book", compensable=True, retry=QUICK,
+                 payload=lambda ctx: {"ref": "invoice", "reject": ctx.input.reject_after}),
     )
 
 
@@ -165,7 +199,7 @@ async def stack(fresh_db: str, pg_url: str, kafka_bootstrap: str, topic_prefix: 
                                           command_topic("jobs", topic_prefix): 2,
                                           command_topic("carrier_a", topic_prefix): 1,
                                           command_topic("carrier_b", topic_prefix): 1})
-    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[TreeOrder])
+    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[TreeOrder, ChildOrder, ShipChild])
     settings = CoordinatorSettings(
         dsn=fresh_db, kafka_bootstrap=kafka_bootstrap, topic_prefix=topic_prefix,
         group_id=f"{topic_prefix}-coordinator", timer_max_idle=timedelta(milliseconds=200),
@@ -268,3 +302,36 @@ async def test_a_failing_branch_rolls_back_every_node_kind(
     assert ledger["lines[1].reserve"] == ["held", "released"]
     assert "lines[2].reserve" not in ledger and "carrier_a" not in ledger
     await verify_all(store, [saga_id])
+
+
+async def _child_of(store: SagaStore, parent: uuid.UUID) -> uuid.UUID:
+    async with store.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT id FROM sagas WHERE parent_id = $1", parent)
+    assert len(rows) == 1, rows
+    child: uuid.UUID = rows[0]["id"]
+    return child
+
+
+@pytest.mark.parametrize(("case", "parent_ends", "child_ends", "crate", "truck"), [
+    ("ok", "completed", "completed", ["held", "confirmed"], ["booked"]),
+    # the parent fails after the child prepared: the child runs its own rollback
+    ("reject_after", "compensated", "compensated", ["held", "released"], ["booked", "unbooked"]),
+    # the child fails: it rolls itself back, and its node fails the parent
+    ("reject_child", "compensated", "compensated", ["held", "released"], []),
+])
+async def test_a_child_saga_confirms_or_rolls_back_with_its_parent(
+    stack: tuple[SagaStore, asyncpg.Connection], case: str, parent_ends: str,
+    child_ends: str, crate: list[str], truck: list[str],
+) -> None:
+    store, effects = stack
+    started = await store.start_saga("child_order", {case: True} if case != "ok" else {})
+    parent = started.record.saga_id
+    assert await _finished(store, parent) == parent_ends
+    child = await _child_of(store, parent)
+    assert await _finished(store, child) == child_ends
+    ledger = await _ledger(effects, child)
+    assert ledger["crate"] == crate, ledger
+    assert ledger.get("truck", []) == truck, ledger
+    assert (await _ledger(effects, parent))["hold"] == (
+        ["held", "confirmed"] if case == "ok" else ["held", "released"])
+    await verify_all(store, [parent, child])
