@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
-from coordinator.flow import Parallel
+from coordinator.flow import ChildSaga, Parallel
 
 
 class OrderInput(BaseModel):
@@ -73,4 +73,35 @@ class ParallelOrderSaga(Saga):
         )),
         SagaStep("create_shipment", "shipping", "ship", compensable=True,
                  payload=shipment, retry=_QUICK, deadline=timedelta(seconds=10)),
+    )
+
+
+class FulfilmentSaga(Saga):
+    """Stock and shipment for an order, run as a child saga of :class:`NestedOrderSaga`."""
+
+    name = "order_fulfilment"
+    version = 1
+    input_model = OrderInput
+    steps = (
+        TccStep("reserve_stock", "inventory", "reserve", payload=stock, retry=_QUICK,
+                deadline=timedelta(seconds=10)),
+        SagaStep("create_shipment", "shipping", "ship", compensable=True,
+                 payload=shipment, retry=_QUICK, deadline=timedelta(seconds=10)),
+    )
+
+
+class NestedOrderSaga(Saga):
+    """The same order with its fulfilment in a child saga (its own row and history).
+
+    The child's stock reservation is confirmed only when the whole order succeeds; if the
+    child fails, or anything after it, both roll back."""
+
+    name = "order_nested"
+    version = 1
+    input_model = OrderInput
+    steps = (
+        TccStep("reserve_funds", "payments", "charge", payload=funds, retry=_QUICK,
+                deadline=timedelta(seconds=10)),
+        ChildSaga("fulfil", FulfilmentSaga, input=lambda ctx: ctx.input.model_dump(),
+                  deadline=timedelta(seconds=60)),
     )

@@ -59,6 +59,8 @@ class Audit:
     violations: list[str] = field(default_factory=list)
     dead_letters: dict[str, int] = field(default_factory=dict)
     verified: int = 0
+    #: Child sagas found (their effects are checked with their order's).
+    children: int = 0
     #: Orders that should have completed but rolled back (allowed under faults), with why.
     rolled_back_ok: list[str] = field(default_factory=list)
 
@@ -87,8 +89,12 @@ async def audit(
     result = Audit(sagas=len(orders))
     by_id = {o.saga_id: o for o in orders}
     coord = stack.dsn("coordinator")
-    sagas = await _rows(coord, "SELECT id, saga_type, status, snapshot FROM sagas")
+    rows = await _rows(coord, "SELECT id, saga_type, status, snapshot, parent_id FROM sagas")
+    sagas = [r for r in rows if r["parent_id"] is None]
+    children = [r for r in rows if r["parent_id"] is not None]
     status_of = {r["id"]: r["status"] for r in sagas}
+    # A child saga's effects count as its order's: the ledgers are checked per order.
+    owner = {r["id"]: r["parent_id"] for r in children}
     kinds = Counter(r["saga_type"] for r in sagas)
     wanted = Counter(o.saga_type for o in orders)
     if kinds != wanted:
@@ -110,17 +116,29 @@ async def audit(
         f"{o.saga_id}: {status_of[o.saga_id]}: {reasons.get(o.saga_id)}" for o in orders
         if o.kind == "ok" and status_of.get(o.saga_id) in ("compensated", "dead")
     ]
-    for r in sagas:
+    for r in rows:
         if r["status"] == "dead" and not json.loads(r["snapshot"]).get("reason"):
             result.fail(f"saga {r['id']} is dead without a reason")
+    for r in children:
+        if r["parent_id"] not in by_id:
+            result.fail(f"child saga {r['id']} of {r['parent_id']}, which the test never started")
+        elif status_of.get(r["parent_id"]) in TERMINAL and r["status"] not in TERMINAL:
+            result.fail(f"child saga {r['id']} is {r['status']} but its parent "
+                        f"{r['parent_id']} is {status_of[r['parent_id']]}")
+    result.children = len(children)
+    parents = {r["parent_id"] for r in children}
+    for order in orders:
+        reached = status_of.get(order.saga_id) == "completed" or order.kind == "oos"
+        if order.saga_type == "order_nested" and reached and order.saga_id not in parents:
+            result.fail(f"nested order {order.saga_id} ({order.kind}) ran no child saga")
 
-    await _audit_ledgers(stack, by_id, status_of, unknown_sagas, result)
+    await _audit_ledgers(stack, by_id, status_of, unknown_sagas, owner, result)
     await _audit_queues(coord, result)
     await _audit_dead_letters(stack, poison, unknown_sagas, forged_commands, result)
 
     registry = build_registry(list(SAGAS), topic_prefix=stack.prefix)
     async with await SagaStore.open(coord, registry, min_size=1, max_size=2) as store:
-        for saga_id in status_of:
+        for saga_id in [r["id"] for r in rows]:
             verdict = await store.verify(saga_id)
             if verdict.ok:
                 result.verified += 1
@@ -134,6 +152,7 @@ async def _audit_ledgers(
     orders: dict[uuid.UUID, Order],
     status_of: dict[uuid.UUID, str],
     unknown: set[uuid.UUID],
+    owner: dict[uuid.UUID, uuid.UUID],
     result: Audit,
 ) -> None:
     queries = {
@@ -149,7 +168,7 @@ async def _audit_ledgers(
         per_saga: dict[uuid.UUID, list[asyncpg.Record]] = defaultdict(list)
         totals: dict[str, Counter[str]] = defaultdict(Counter)
         for row in rows:
-            per_saga[row["saga_id"]].append(row)
+            per_saga[owner.get(row["saga_id"], row["saga_id"])].append(row)
             totals[row["who"]][row["kind"]] += row["amount"]
         for saga_id in per_saga:
             if saga_id not in orders and saga_id not in unknown:
@@ -157,7 +176,7 @@ async def _audit_ledgers(
         for saga_id, order in orders.items():
             _check_saga_ledger(service, order, status_of.get(saga_id), per_saga.get(saga_id, []),
                                result)
-        await _check_balances(stack, service, totals, per_saga, result)
+        await _check_balances(stack, service, totals, per_saga, owner, result)
 
 
 def _check_saga_ledger(
@@ -199,6 +218,7 @@ async def _check_balances(
     service: str,
     totals: dict[str, Counter[str]],
     per_saga: dict[uuid.UUID, list[asyncpg.Record]],
+    owner: dict[uuid.UUID, uuid.UUID],
     result: Audit,
 ) -> None:
     dsn = stack.dsn(service)
@@ -223,7 +243,8 @@ async def _check_balances(
                             f"{available}/{reserved}")
     else:
         for r in await _rows(dsn, "SELECT saga_id, status FROM shipping_shipments"):
-            kinds = [e["kind"] for e in per_saga.get(r["saga_id"], [])]
+            order_id = owner.get(r["saga_id"], r["saga_id"])
+            kinds = [e["kind"] for e in per_saga.get(order_id, [])]
             want = {"created": ["created"], "cancelled": ["created", "cancelled"]}.get(r["status"])
             if kinds != want:
                 result.fail(f"shipping: shipment of saga {r['saga_id']} is {r['status']} "
@@ -294,7 +315,7 @@ def summary(name: str, audit_: Audit, faults: dict[str, int], seconds: float,
     fault_text = ", ".join(f"{k}={v}" for k, v in faults.items())
     lines = [
         f"[chaos] {name}: sagas={audit_.sagas} statuses={dict(audit_.statuses)} "
-        f"verified={audit_.verified}",
+        f"verified={audit_.verified} children={audit_.children}",
         f"[chaos] {name}: faults: {fault_text} (total {sum(faults.values())})",
         f"[chaos] {name}: dead letters {audit_.dead_letters}"
         + (f" {extra}" if extra else ""),

@@ -29,7 +29,8 @@ class Order:
     #: ``ok`` (should complete), ``broke`` (payment refused), ``oos`` (stock refused).
     kind: str
     input: dict[str, Any]
-    #: ``order`` or ``order_parallel`` (every other order: the same effects, run in parallel).
+    #: ``order``, ``order_parallel`` or ``order_nested`` (in turn: the same effects, run in
+    #: sequence, in parallel, or with stock and shipment in a child saga).
     saga_type: str = "order"
 
 
@@ -53,7 +54,7 @@ def plan_orders(seed: int, count: int) -> list[Order]:
                 "quantity": rng.randrange(1, 3),
                 "address": f"{i} Chaos Street",
             },
-            saga_type="order_parallel" if i % 2 else "order",
+            saga_type=("order", "order_parallel", "order_nested")[i % 3],
         ))
     return orders
 
