@@ -4,7 +4,9 @@
 fresh databases, starts every process and the operator API with its web UI, runs an order that
 completes and one that is refused by inventory and rolls back, then a checkout (the tree-shaped
 saga: a for-each over order lines and a race between two carriers) that completes, the slower
-carrier's booking cancelled, and one with a line out of stock that rolls back; prints what
+carrier's booking cancelled, and one with a line out of stock that rolls back, then the order
+again with stock and shipment in a child saga (confirmed with its parent, or rolled back with
+it); prints what
 happened, audits the participants' ledgers, checks that every saga's history replays to its
 snapshot, then prints the UI's address and a sign-in token and keeps everything running until
 Ctrl-C. ``--once`` stops the processes after the report instead (CI and the end-to-end test
@@ -30,6 +32,7 @@ from opentelemetry import trace
 from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
 from coordinator.store import SagaStore
+from coordinator.store.queries import list_children
 from coordinator.worker import build_registry
 from examples.stack import CARRIERS, SAGAS, SERVICES, fresh_database, processes, stack_commands
 from participant_sdk.telemetry import configure as configure_telemetry
@@ -52,8 +55,13 @@ CHECKOUTS = {
                                                       {"sku": "OOS-LAMP", "quantity": 1},
                                                       {"sku": "PEN-3", "quantity": 1}]},
 }
+NESTED = {
+    "completes": {**ORDERS["completes"], "order_id": "E-500"},
+    "compensates": {**ORDERS["compensates"], "order_id": "F-600"},
+}
 #: What the demo starts: (saga type, what to call it in the report, inputs by outcome).
-RUNS = (("order", "place order", ORDERS), ("checkout", "check out", CHECKOUTS))
+RUNS = (("order", "place order", ORDERS), ("checkout", "check out", CHECKOUTS),
+        ("order_nested", "place an order with a child saga", NESTED))
 
 
 async def _wait_terminal(store: SagaStore, saga_id: uuid.UUID) -> Any:
@@ -87,6 +95,12 @@ async def _report(store: SagaStore, saga_type: str, label: str, saga_id: uuid.UU
         print(f"   the race \"ship\" was won by {', '.join(race.winners)}; the other is undone")
     verdict = await store.verify(saga_id)
     print(f"   replay of {verdict.replayed_events} events equals snapshot: {verdict.ok}")
+    async with store.pool.acquire() as conn:
+        children = await list_children(conn, saga_id)
+    for child_id, child_type, status, node, _ in children:
+        verdict = await store.verify(child_id)
+        print(f"   child saga {child_type} {child_id} (node {node}) -> {status}; replay of "
+              f"{verdict.replayed_events} events equals its snapshot: {verdict.ok}")
 
 
 async def _ledgers(dsns: dict[str, str]) -> None:

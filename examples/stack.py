@@ -24,7 +24,8 @@ __all__ = ["CARRIERS", "CHECKOUT_SAGA", "SAGA", "SAGAS", "SERVICES", "Command", 
 SAGA = "examples.order_saga:OrderSaga"
 CHECKOUT_SAGA = "examples.checkout_saga:CheckoutSaga"
 #: Every example saga type: the coordinator and the API load them all.
-SAGAS = (SAGA, CHECKOUT_SAGA)
+SAGAS = (SAGA, CHECKOUT_SAGA, "examples.order_saga:NestedOrderSaga",
+         "examples.order_saga:FulfilmentSaga")
 #: The order saga's services.
 SERVICES = ("payments", "inventory", "shipping")
 #: The checkout saga's two carriers (it also uses payments and inventory).

@@ -17,12 +17,12 @@ from uuid import UUID
 import asyncpg
 
 from coordinator.api.errors import BadRequest
-from coordinator.api.models import SagaFilter, SagaSort
+from coordinator.api.models import ChildOut, SagaFilter, SagaSort
 from coordinator.engine import StepPhase
 from coordinator.store import SagaRecord
-from coordinator.store.queries import SAGA_COLUMNS, saga_record
+from coordinator.store.queries import SAGA_COLUMNS, list_children, saga_record
 
-__all__ = ["Page", "list_sagas", "matching_ids"]
+__all__ = ["Page", "children_of", "list_sagas", "matching_ids"]
 
 _ACTIVE: Final = [p.value for p in StepPhase if p.is_active]
 
@@ -145,3 +145,11 @@ async def matching_ids(
         *w.args,
     )
     return [r["id"] for r in rows]
+
+
+async def children_of(conn: asyncpg.Connection, saga_id: UUID) -> list[ChildOut]:
+    """The child sagas ``saga_id`` started, oldest first."""
+    from coordinator.engine import Status
+
+    return [ChildOut(saga_id=i, saga_type=t, status=Status(s), node=n, created_at=c)
+            for i, t, s, n, c in await list_children(conn, saga_id)]

@@ -15,7 +15,6 @@ from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import NotFound
 from coordinator.api.models import (
     CancelRequest,
-    ChildOut,
     CompensateRequest,
     DeadSagaPageOut,
     DiagramOut,
@@ -35,12 +34,11 @@ from coordinator.api.models import (
     history_entry,
     summary,
 )
-from coordinator.api.queries import list_sagas
+from coordinator.api.queries import children_of, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
 from coordinator.diagram import mermaid
 from coordinator.engine import RepairVerb, Status
 from coordinator.store import SagaRecord
-from coordinator.store.queries import list_children
 
 __all__ = ["router"]
 
@@ -63,10 +61,7 @@ async def _record(ctx: Context, saga_id: UUID) -> SagaRecord:
 async def _detail(ctx: Context, record: SagaRecord) -> SagaDetail:
     async with ctx.store.pool.acquire() as conn:
         stuck = record.saga_id in await ctx.stuck_ids(conn, among=[record.saga_id])
-        kids = await list_children(conn, record.saga_id)
-    children = [ChildOut(saga_id=i, saga_type=t, status=Status(s), node=n, created_at=c)
-                for i, t, s, n, c in kids]
-    return detail(record, stuck, children)
+        return detail(record, stuck, await children_of(conn, record.saga_id))
 
 
 def saga_filter(

@@ -25,7 +25,7 @@ from coordinator.api.models import (
     history_entry,
     summary,
 )
-from coordinator.api.queries import list_sagas, matching_ids
+from coordinator.api.queries import children_of, list_sagas, matching_ids
 from coordinator.engine import Status
 from coordinator.store import SagaRecord
 from coordinator.store.queries import get_history
@@ -144,10 +144,10 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
     me = signed_in(request)
     ctx = api_context(request)
     record = await _record(ctx, saga_id)
-    stuck = record.saga_id in await ctx.stuck_ids(ctx.store.pool, among=[saga_id])
-    d = detail(record, stuck)
     after = 0 if history == "all" else max(record.history_seq - HISTORY_ROWS, 0)
     async with ctx.store.pool.acquire() as conn:
+        stuck = record.saga_id in await ctx.stuck_ids(conn, among=[saga_id])
+        d = detail(record, stuck, await children_of(conn, saga_id))
         entries = [history_entry(h) for h in await get_history(conn, saga_id, after_seq=after)]
     entries.reverse()
     definition = ctx.store.definition(record.saga_type, record.version)

@@ -29,7 +29,14 @@ def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
     assert "== order that completes" in out and "-> completed" in out
     assert "== order that compensates" in out and "-> compensated" in out
     assert "inventory reserve_stock.try -> rejected (out of stock)" in out
-    assert out.count("equals snapshot: True") == 4
+    assert out.count("equals snapshot: True") == 6
+    # The nested order: its child saga confirmed with it, or rolled back before it failed.
+    assert re.search(r"^== order_nested that completes: saga \S+ -> completed$", out, re.M)
+    assert re.search(r"^== order_nested that compensates: saga \S+ -> compensated$", out, re.M)
+    assert re.search(r"child saga order_fulfilment \S+ \(node fulfil\) -> completed; "
+                     r"replay of \d+ events equals its snapshot: True", out), out
+    assert re.search(r"child saga order_fulfilment \S+ \(node fulfil\) -> compensated; "
+                     r"replay of \d+ events equals its snapshot: True", out), out
     assert "captured alice 2500" in out and "released alice 4000" in out
     assert "exit 0" in out and "exit -" not in out
 

@@ -270,3 +270,32 @@ async def test_a_prepared_child_is_not_stuck_its_waiting_parent_may_be(
     async with store.pool.acquire() as conn:
         stuck = {s.saga_id for s in await list_stuck(conn, now=later)}
     assert stuck == {parent}
+
+
+async def test_the_ui_links_a_parent_and_its_children(store: SagaStore) -> None:
+    import re
+
+    import httpx
+
+    from coordinator.api import ApiSettings, TokenAuth, create_app
+    from coordinator.ui import UiSettings
+    from tests.integration.test_api_support import TOKENS, VIEWER
+
+    parent = (await store.start_saga("checkout", {"order_id": "ui"})).record.saga_id
+    await _settle(store)
+    kids = await _children(store, parent)
+    app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), run_jobs=False,
+                     ui=UiSettings(session_secret="test-secret-1"))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://ui.test") as client:
+        login = await client.get("/ui/login")
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', login.text)
+        assert csrf is not None
+        signed = await client.post("/ui/login", data={"csrf_token": csrf[1], "token": VIEWER})
+        assert signed.status_code == 303
+        page = (await client.get(f"/ui/sagas/{parent}")).text
+        assert 'id="children"' in page and 'id="parent"' not in page
+        for kid in kids:
+            assert f'href="/ui/sagas/{kid["id"]}"' in page
+        child = (await client.get(f"/ui/sagas/{kids[0]['id']}")).text
+        assert f'href="/ui/sagas/{parent}"' in child and 'id="children"' not in child
