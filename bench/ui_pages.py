@@ -38,13 +38,16 @@ TOKEN = "bench-operator-token"
 
 _COPY = """
 INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input_hash, trace_context,
-                   history_seq, created_at, updated_at, last_progress_at)
+                   history_seq, created_at, updated_at, last_progress_at, stage, active_steps,
+                   busiest_step, busiest_phase, busiest_attempt)
 SELECT g.id, t.saga_type, t.saga_version, g.status,
        jsonb_set(jsonb_set(jsonb_set(t.snapshot::jsonb, '{saga_id}', to_jsonb(g.id::text)),
                            '{status}', to_jsonb(g.status)),
                  '{dead_step}', CASE WHEN g.status = 'dead' THEN '"reserve_funds"'::jsonb
                                      ELSE 'null'::jsonb END)::json,
-       t.input_hash, t.trace_context, t.history_seq, g.at, g.at, g.at
+       t.input_hash, t.trace_context, t.history_seq, g.at, g.at, g.at,
+       CASE WHEN g.status IN ('running', 'compensating', 'dead') THEN t.stage ELSE 'done' END,
+       t.active_steps, t.busiest_step, t.busiest_phase, t.busiest_attempt
 FROM sagas t,
      LATERAL (SELECT gen_random_uuid() AS id,
                      now() - (i * (interval '30 days' / $2)) AS at,

@@ -24,43 +24,19 @@ def node_name(key: str) -> str:
     and metric labels go by node, so a fan-out does not multiply them)."""
     return key[key.rindex("].") + 2:] if "]." in key else key
 
-#: Step phase (``StepPhase``) of an active step -> the protocol phase its attempts count.
-_ACTIVE_PHASES: Final = {
-    "trying": "try",
-    "confirming": "confirm",
-    "cancelling": "cancel",
-    "executing": "action",
-    "compensating": "compensate",
-}
-
 # The status list must stay textually implied by the predicate of index sagas_in_flight.
+# The activity columns are written with every snapshot (migration 0004): no JSON is read.
 _CANDIDATES: Final = """
 SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
-       cur.step, cur.step_phase, coalesce(cur.attempt, 0) AS attempt, cur.steps AS active_steps
+       s.busiest_step AS step, s.busiest_phase AS step_phase, s.busiest_attempt AS attempt,
+       s.active_steps
 FROM sagas s
-LEFT JOIN LATERAL (
-    SELECT (array_agg(a.key ORDER BY a.attempt DESC, a.key))[1] AS step,
-           (array_agg(a.phase ORDER BY a.attempt DESC, a.key))[1] AS step_phase,
-           max(a.attempt) AS attempt,
-           array_agg(a.key ORDER BY a.key) AS steps
-    FROM (
-        SELECT st.key, st.value->>'phase' AS phase,
-               coalesce((st.value->'attempts'->>(CASE st.value->>'phase'
-                   WHEN 'trying' THEN 'try' WHEN 'confirming' THEN 'confirm'
-                   WHEN 'cancelling' THEN 'cancel' WHEN 'executing' THEN 'action'
-                   ELSE 'compensate' END))::int, 0) AS attempt
-        -- one cast to jsonb: each ->> on json text would parse the step again
-        FROM jsonb_each((s.snapshot->'steps')::jsonb) AS st
-        WHERE st.value->>'phase' IN ('trying', 'confirming', 'cancelling', 'executing',
-                                     'compensating')
-    ) AS a
-) AS cur ON true
 WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
-  AND (s.last_progress_at < $2 OR ($3 > 0 AND cur.attempt - 1 >= $3))
+  AND (s.last_progress_at < $2 OR ($3 > 0 AND s.busiest_attempt - 1 >= $3))
   AND ($5::uuid[] IS NULL OR s.id = ANY($5::uuid[]))
   -- a prepared child saga waits for its parent by design; the parent is what may be stuck
-  AND (s.parent_id IS NULL OR s.snapshot->>'stage' <> 'prepared')
+  AND s.stage <> 'prepared'
 ORDER BY s.last_progress_at, s.id
 LIMIT $4
 """

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import asyncpg
 
-from coordinator.engine import Decision, Event, TimerRequest
+from coordinator.engine import Decision, Event, SagaState, StepPhase, TimerRequest
 from coordinator.engine.decision import Delivery
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
@@ -24,6 +24,7 @@ from participant_sdk.protocol import (
     HEADER_TRACEPARENT,
     HEADER_TRACESTATE,
     KIND_COMMAND,
+    Phase,
     encode,
 )
 
@@ -91,11 +92,34 @@ SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::json[], $4::timestamptz[], $5
 _UPDATE_SAGAS: Final = """
 UPDATE sagas AS s
 SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = u.now,
-    last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END
-FROM unnest($1::uuid[], $2::text[], $3::json[], $4::bigint[], $5::timestamptz[], $6::bool[])
-     AS u(id, status, snapshot, seq, now, progress)
+    last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END,
+    stage = u.stage, active_steps = string_to_array(u.active, ' '),
+    busiest_step = u.step, busiest_phase = u.phase, busiest_attempt = u.attempt
+FROM unnest($1::uuid[], $2::text[], $3::json[], $4::bigint[], $5::timestamptz[], $6::bool[],
+            $7::text[], $8::text[], $9::text[], $10::text[], $11::int[])
+     AS u(id, status, snapshot, seq, now, progress, stage, active, step, phase, attempt)
 WHERE s.id = u.id
 """
+
+#: Step phase of an active step -> the protocol phase whose attempts it is on.
+_ATTEMPT_PHASE: Final = {StepPhase.TRYING: Phase.TRY, StepPhase.EXECUTING: Phase.ACTION,
+                         StepPhase.CONFIRMING: Phase.CONFIRM, StepPhase.CANCELLING: Phase.CANCEL,
+                         StepPhase.COMPENSATING: Phase.COMPENSATE}
+
+
+def activity(state: SagaState) -> tuple[str, str | None, str | None, int]:
+    """The active step keys (space-separated; keys hold no spaces) and the active step with
+    the most attempts in its phase, its phase and that number: the stuck scan's columns."""
+    keys = state.active_steps()
+    best: tuple[int, str] | None = None
+    for key in keys:
+        step = state.steps[key]
+        attempt = step.attempt(_ATTEMPT_PHASE[step.phase])
+        if best is None or attempt > best[0]:
+            best = (attempt, key)
+    if best is None:
+        return "", None, None, 0
+    return " ".join(keys), best[1], state.steps[best[1]].phase.value, best[0]
 
 _INSERT_TIMERS: Final = """
 INSERT INTO timers (id, saga_id, due_at, step, phase, attempt, kind)
@@ -158,6 +182,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
             progressed.get(change.saga.saga_id, False) or change.decision.ignored is None
         )
     finals = list(last.values())
+    active = [activity(c.decision.state) for c in finals]
     await conn.execute(
         _UPDATE_SAGAS,
         [c.saga.saga_id for c in finals],
@@ -166,6 +191,9 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [c.seq for c in finals],
         [c.now for c in finals],
         [progressed[c.saga.saga_id] for c in finals],
+        [c.decision.state.stage.value for c in finals],
+        [a[0] for a in active], [a[1] for a in active], [a[2] for a in active],
+        [a[3] for a in active],
     )
     messages = [
         OutboxMessage(

@@ -128,3 +128,27 @@ async def test_the_in_flight_scan_can_use_the_partial_index(store: SagaStore) ->
         plan = "\n".join(r[0] for r in await conn.fetch(
             "EXPLAIN SELECT id FROM sagas WHERE status IN ('running', 'compensating')"))
         assert "sagas_in_flight" in plan
+
+
+async def test_the_migration_fills_the_activity_columns_as_the_writer_does(
+    store: SagaStore, clock: ManualClock
+) -> None:
+    """Migration 0004 fills the stuck scan's columns of the sagas already in flight from
+    their snapshots: run its UPDATE again on blanked rows and get what the writer wrote."""
+    from pathlib import Path
+
+    import coordinator.migrations
+
+    saga = (await store.start_saga("tcc_order", INPUT)).record
+    await _fail_and_retry(store, clock, 2)  # reserve: trying, attempt 3
+    await store.start_saga("ship_order", INPUT)
+    columns = "stage, active_steps, busiest_step, busiest_phase, busiest_attempt"
+    sql = (Path(coordinator.migrations.__file__).parent / "0004_child_sagas.sql").read_text()
+    backfill = sql[sql.index("UPDATE sagas AS s"):]
+    async with store.pool.acquire() as conn:
+        written = await conn.fetch(f"SELECT id, {columns} FROM sagas ORDER BY id")  # noqa: S608
+        assert {r["id"]: r["busiest_attempt"] for r in written}[saga.saga_id] == 3
+        await conn.execute("UPDATE sagas SET stage = 'done', active_steps = '{}', "
+                           "busiest_step = NULL, busiest_phase = NULL, busiest_attempt = 0")
+        await conn.execute(backfill)
+        assert await conn.fetch(f"SELECT id, {columns} FROM sagas ORDER BY id") == written  # noqa: S608
