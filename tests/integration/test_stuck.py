@@ -142,13 +142,14 @@ async def test_the_migration_fills_the_activity_columns_as_the_writer_does(
     saga = (await store.start_saga("tcc_order", INPUT)).record
     await _fail_and_retry(store, clock, 2)  # reserve: trying, attempt 3
     await store.start_saga("ship_order", INPUT)
-    columns = "stage, active_steps, busiest_step, busiest_phase, busiest_attempt"
+    select = ("SELECT id, stage, active_steps, busiest_step, busiest_phase, busiest_attempt "
+              "FROM sagas ORDER BY id")
     sql = (Path(coordinator.migrations.__file__).parent / "0004_child_sagas.sql").read_text()
     backfill = sql[sql.index("UPDATE sagas AS s"):]
     async with store.pool.acquire() as conn:
-        written = await conn.fetch(f"SELECT id, {columns} FROM sagas ORDER BY id")  # noqa: S608
+        written = await conn.fetch(select)
         assert {r["id"]: r["busiest_attempt"] for r in written}[saga.saga_id] == 3
         await conn.execute("UPDATE sagas SET stage = 'done', active_steps = '{}', "
                            "busiest_step = NULL, busiest_phase = NULL, busiest_attempt = 0")
         await conn.execute(backfill)
-        assert await conn.fetch(f"SELECT id, {columns} FROM sagas ORDER BY id") == written  # noqa: S608
+        assert await conn.fetch(select) == written
