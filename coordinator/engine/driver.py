@@ -47,7 +47,8 @@ def _stage(w: Work) -> bool:
         progress = forward(w, root, "", ROOT)
         if progress is Progress.WAITING:
             return False
-        if progress is Progress.DONE and w.get("parent") is not None:
+        parent = w.get("parent")
+        if progress is Progress.DONE and parent is not None and parent.phase is Phase.TRY:
             w.update(stage=Stage.PREPARED)  # a child: its parent confirms or cancels it
             w.note("tree done: waiting for the parent saga to confirm or cancel")
             return False

@@ -270,3 +270,18 @@ def test_the_machine_draws_a_child_node_as_a_tried_confirmed_step() -> None:
     assert ("ship.tried", "ship.confirming") in moves and ("ship.tried", "ship.cancelling") in moves
     step = next(s for s in machine["steps"] if s["name"] == "ship")
     assert step["kind"] == "child" and step["child"] == "shipping"
+
+
+def test_a_confirm_that_comes_before_the_child_prepared_is_not_lost() -> None:
+    """An operator skips the parent's child node while the child still runs: the parent
+    confirms early, and the child confirms as soon as its tree is done."""
+    family = Family(Checkout, Shipping)
+    parent = family.start(Checkout)
+    family.run(lambda cmd: None if cmd.step == "label" else Outcome.OK)
+    (child,) = family.children_of(parent)
+    family._route(parent.repair("skip", step="ship", result={"by": "hand"}))
+    family.run(lambda cmd: None if cmd.step == "label" else Outcome.OK)
+    assert child.current.parent is not None and child.current.parent.phase is Phase.CONFIRM
+    family.run()
+    assert (parent.current.status, child.current.status) == (Status.COMPLETED,
+                                                             Status.COMPLETED)
