@@ -1,7 +1,9 @@
 """An in-memory driver of the pure core, for tests: no Postgres, no Kafka, a manual clock.
 
 It applies decisions the way the store does (history appended, commands "published", timers
-inserted and cancelled) and lets a test play participant and timer loop by hand.
+inserted and cancelled) and lets a test play participant and timer loop by hand. With
+``play_children``, a child saga node's start and its confirm and cancel requests are
+"published" as commands too, so the test answers for the child as for a participant.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from coordinator.engine.decision import Decision, HistoryEntry, TimerRequest
 from coordinator.engine.events import (
     Event,
     OperatorRepair,
+    ParentRequest,
     RepairVerb,
     ReplyReceived,
     SagaStarted,
@@ -47,8 +50,10 @@ class Simulator:
         *,
         saga_id: uuid.UUID | None = None,
         now: datetime | None = None,
+        play_children: bool = False,
     ) -> None:
         self.definition = definition
+        self.play_children = play_children
         self.saga_id = saga_id or uuid.UUID(int=1)
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
         self.state: SagaState | None = None
@@ -71,14 +76,32 @@ class Simulator:
         self.state = decision.state
         self.history.extend(decision.history)
         self.decisions.append(decision)
-        for command in decision.commands:
-            self.sent.append(command.envelope)
-            self.pending[command.envelope.message_id] = command.envelope
+        commands = [c.envelope for c in decision.commands]
+        if self.play_children:
+            commands += self._child_commands(decision)
+        for command in commands:
+            self.sent.append(command)
+            self.pending[command.message_id] = command
         for tid in decision.cancel_timers:
             self.timers.pop(tid, None)
         for timer in decision.timers:
             self.timers[timer.timer_id] = timer
         return decision
+
+    def _child_commands(self, decision: Decision) -> list[CommandEnvelope]:
+        """Child starts and requests to children, as the commands a participant would get."""
+        out: list[CommandEnvelope] = []
+        asks = [(s.parent.step, s.parent.phase, s.parent.attempt, s.saga_id, s.input)
+                for s in decision.children]
+        asks += [(d.event.step, d.event.phase, d.event.attempt, d.event.message_id, {})
+                 for d in decision.deliveries
+                 if isinstance(d.event, ParentRequest) and d.event.parent_id == self.saga_id]
+        for step, phase, attempt, mid, payload in asks:
+            out.append(CommandEnvelope(
+                message_id=mid, saga_id=self.saga_id, saga_type=self.definition.name,
+                step=step, phase=phase, attempt=attempt, participant="child_saga",
+                action="child_saga", payload=payload, reply_to="child_saga"))
+        return out
 
     def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None
               ) -> Decision:

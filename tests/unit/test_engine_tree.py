@@ -367,3 +367,24 @@ def test_participant_model_is_a_barrier() -> None:
     world.answer(run.sim, cmd)  # the late action is refused by the barrier
     assert world.stored[("a", Phase.ACTION)][1] is ErrorKind.BARRIER_REFUSED
     assert not world.applied.get("a")
+
+
+def test_the_invariants_catch_a_child_saga_left_applied(monkeypatch: Any) -> None:
+    """Random trees hold child saga nodes too, answered for by the Simulator like a
+    participant; a parent that never cancels its child breaks the rollback check."""
+    from coordinator.engine.nodes import step
+    from coordinator.flow import ChildSaga
+
+    def failing_run() -> Run:
+        run = new_run(saga(ChildSaga("kid", "child_type"), act("after")))
+        ok(run, "kid")
+        no(run, "after")
+        drain(run)
+        return run
+
+    check_invariants(failing_run())
+    real = step.needs_undo
+    monkeypatch.setattr(step, "needs_undo", lambda spec, state: spec.child is None and real(
+        spec, state))  # the broken rule: rollback forgets child sagas
+    with pytest.raises(AssertionError, match="effects left after rollback"):
+        check_invariants(failing_run())

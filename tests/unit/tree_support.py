@@ -24,10 +24,10 @@ from coordinator.engine import (
     advance,
     compile_saga,
 )
-from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind, StepKind
+from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind
 from coordinator.engine.machine import SAGA_EDGES, node_edges
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import Choice, ForEach, Parallel, Race, Sequence
+from coordinator.flow import ChildSaga, Choice, ForEach, Parallel, Race, Sequence
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 
 FAST = RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=10))
@@ -94,7 +94,10 @@ def _leaf(draw: st.DrawFn, names: itertools.count[int], in_race: bool) -> Any:
     guard = draw(st.sampled_from([None, None, None, "flag", "not_flag"]))
     when = None if guard is None else (
         (lambda ctx: ctx.input.flag) if guard == "flag" else (lambda ctx: not ctx.input.flag))
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["tcc", "tcc", "tcc", "saga", "saga", "saga", "child"]))
+    if kind == "child":  # answered like a participant: the Simulator plays the child
+        return ChildSaga(name, "child_type", when=when, finish_retry=FAST)
+    if kind == "tcc":
         return TccStep(name, f"p{name}", "do", retry=FAST, when=when)
     compensable = True if in_race else draw(st.sampled_from([True, True, True, False]))
     return SagaStep(name, f"p{name}", "do", compensable=compensable, retry=FAST, when=when)
@@ -303,7 +306,7 @@ def check_invariants(run: Run) -> None:
         for key in left:
             spec = sim.definition.node(state.steps[key].node)
             assert isinstance(spec, CompiledStep)
-            assert spec.kind is not StepKind.TCC or key in world.confirmed, \
+            assert not spec.confirms or key in world.confirmed, \
                 f"{key}: tried but never confirmed"
         losers = _race_losers(sim)
         assert not (left & losers), (f"a race loser's effect stayed: {sorted(left & losers)}"
@@ -354,7 +357,7 @@ def check_replay(sim: Simulator) -> None:
 
 
 def new_run(definition: CompiledSaga, **input: Any) -> Run:
-    sim = Simulator(definition, saga_id=uuid.UUID(int=7))
+    sim = Simulator(definition, saga_id=uuid.UUID(int=7), play_children=True)
     sim.start(TreeInput(**input).model_dump())
     return Run(sim, Participants())
 
