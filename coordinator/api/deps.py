@@ -12,7 +12,7 @@ from fastapi import Request
 
 from coordinator.api.errors import ErrorBody
 from coordinator.observability.settings import StuckPolicy
-from coordinator.observability.stuck import list_stuck
+from coordinator.observability.stuck import stuck_ids
 from coordinator.store import SagaStore
 
 __all__ = ["ERRORS", "Context", "context"]
@@ -53,9 +53,8 @@ class Context:
     async def stuck_ids(self, conn: Any, among: Collection[UUID] | None = None) -> frozenset[UUID]:
         """Ids of the sagas the stuck policy flags now (one indexed scan of in-flight sagas),
         or of those ``among`` the given ones (cheap: for a page or one saga)."""
-        found = await list_stuck(conn, self.stuck_policy, now=self.now(), limit=_STUCK_LIMIT,
-                                 saga_ids=among)
-        return frozenset(s.saga_id for s in found)
+        return await stuck_ids(conn, self.stuck_policy, now=self.now(), limit=_STUCK_LIMIT,
+                               saga_ids=among)
 
 
 def context(request: Request) -> Context:

@@ -153,3 +153,25 @@ async def test_the_migration_fills_the_activity_columns_as_the_writer_does(
                            "busiest_step = NULL, busiest_phase = NULL, busiest_attempt = 0")
         await conn.execute(backfill)
         assert await conn.fetch(select) == written
+
+
+async def test_stuck_ids_agree_with_the_full_scan_for_a_uniform_policy(
+    store: SagaStore, clock: ManualClock
+) -> None:
+    """The ids-only query the API uses must flag exactly what the full scan flags."""
+    from coordinator.observability.stuck import stuck_ids
+
+    t0 = clock.now
+    busy = (await store.start_saga("tcc_order", INPUT)).record.saga_id
+    await _fail_and_retry(store, clock, 2)  # its try on attempt 3: "retrying"
+    quiet = (await store.start_saga("tcc_order", INPUT)).record.saga_id
+    clock.advance(timedelta(seconds=200))
+    later = (await store.start_saga("ship_order", INPUT)).record.saga_id
+    policy = StuckPolicy(default=timedelta(seconds=300), max_retries=2)
+    async with store.pool.acquire() as conn:
+        for at in (t0 + timedelta(seconds=250), t0 + timedelta(seconds=301),
+                   t0 + timedelta(seconds=600)):
+            full = {s.saga_id for s in await list_stuck(conn, policy, now=at)}
+            assert await stuck_ids(conn, policy, now=at) == full
+            assert await stuck_ids(conn, policy, now=at, saga_ids=[busy]) == full & {busy}
+        assert full == {quiet, busy, later}
