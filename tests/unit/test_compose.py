@@ -46,7 +46,8 @@ def test_the_coordinator_runs_every_example_saga_and_each_participant_is_a_servi
     sagas = services["coordinator"]["environment"]["SAGAFLOW_SAGAS"].split(",")
     assert sagas == list(SAGAS)
     for spec in sagas:
-        participants = {s.participant for s in compile_saga(load_saga_class(spec)).steps}
+        participants = {s.participant for s in compile_saga(load_saga_class(spec)).steps
+                        if s.child is None}  # a child saga node runs a saga, not a service
         assert participants <= set(services), (spec, participants - set(services))
         for name in participants:  # each with a database of its own
             dsn = services[name]["environment"]["SAGAFLOW_PARTICIPANT_DSN"]
