@@ -3,7 +3,12 @@ across any number of coordinator replicas, with overlap and catch-up policies an
 calendars (see the README's "Schedules" section)."""
 
 from coordinator.schedules.calendars import BusinessCalendar, add_business_days
-from coordinator.schedules.declared import DeclaredSchedule, declared_schedules, sync_declared
+from coordinator.schedules.declared import (
+    DeclaredSchedule,
+    declared_mappers,
+    declared_schedules,
+    sync_declared,
+)
 from coordinator.schedules.errors import (
     InvalidSchedule,
     ScheduleConflict,
@@ -34,6 +39,7 @@ __all__ = [
     "ScheduleSpec",
     "ScheduleState",
     "add_business_days",
+    "declared_mappers",
     "declared_schedules",
     "run_saga_id",
     "sync_declared",

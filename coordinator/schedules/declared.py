@@ -31,7 +31,7 @@ from coordinator.schedules.model import Overlap, ScheduleDefinition
 from coordinator.schedules.spec import ScheduleSpec
 from coordinator.store import SagaStore
 
-__all__ = ["DeclaredSchedule", "declared_schedules", "sync_declared"]
+__all__ = ["DeclaredSchedule", "declared_mappers", "declared_schedules", "sync_declared"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,11 @@ def declared_schedules(registry: Any) -> list[tuple[str, DeclaredSchedule]]:
     if dupes:
         raise ValueError(f"schedule ids declared twice: {', '.join(dupes)}")
     return found
+
+
+def declared_mappers(registry: Any) -> dict[str, InputMapper]:
+    """The input functions of the declared schedules, by id (for a serverless firer)."""
+    return {d.id: d.input for _, d in declared_schedules(registry) if callable(d.input)}
 
 
 async def sync_declared(store: SagaStore, registry: Any, *, now: datetime

@@ -97,6 +97,9 @@ class ScheduleFirer:
     def __init__(self, store: SagaStore, *, metrics: ScheduleMetrics | None = None,
                  mappers: Mapping[str, InputMapper] | None = None,
                  clock: Callable[[], datetime] = _utcnow, actor: str = "scheduler") -> None:
+        if store.pool.get_max_size() < 2:
+            # A claim holds one connection while the start takes another.
+            raise ValueError("schedules need a store pool of at least 2 connections")
         self.store = store
         self.metrics = metrics
         self.mappers = dict(mappers or {})
