@@ -213,9 +213,9 @@ async def preview_schedule(
     with _schedule_errors():
         async with ctx.store.pool.acquire() as conn:
             state = repo.state_of(await repo.get(conn, schedule_id))
-        after = ctx.now() - timedelta(microseconds=1)
-        if state.next_fire_at is not None:
-            after = min(after, state.next_fire_at - timedelta(microseconds=1))
+        # From the next time not handled yet (it may be due already) or, when none, from now.
+        after = ctx.now() if state.next_fire_at is None else \
+            state.next_fire_at - timedelta(microseconds=1)
         return PreviewOut(times=state.definition.spec.preview(after, count))
 
 

@@ -124,7 +124,8 @@ async def update(conn: asyncpg.Connection, d: ScheduleDefinition, *, now: dateti
         UPDATE schedules SET saga_type = $2, saga_version = $3, input = $4::jsonb,
                fire_time_field = $5, spec = $6::jsonb, overlap = $7, catchup_window_s = $8,
                jitter_s = $9, paused = $10, note = $11, next_fire_at = $12,
-               due_at = CASE WHEN buffered <> '[]'::jsonb THEN $14 ELSE $13 END,
+               due_at = CASE WHEN buffered <> '[]'::jsonb THEN $14::timestamptz
+                             ELSE $13::timestamptz END,
                updated_at = $14, updated_by = $15, source = coalesce($16, source)
         WHERE id = $1 RETURNING {_COLUMNS}
         """,  # noqa: S608
@@ -145,7 +146,8 @@ async def set_paused(conn: asyncpg.Connection, schedule_id: str, paused: bool, *
     row = await conn.fetchrow(
         f"""
         UPDATE schedules SET paused = $2, next_fire_at = $3,
-               due_at = CASE WHEN buffered <> '[]'::jsonb THEN $5 ELSE $4 END,
+               due_at = CASE WHEN buffered <> '[]'::jsonb THEN $5::timestamptz
+                             ELSE $4::timestamptz END,
                note = coalesce($6, note), updated_at = $5, updated_by = $7
         WHERE id = $1 RETURNING {_COLUMNS}
         """,  # noqa: S608
