@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 from coordinator.schedules import repository as repo
+from coordinator.schedules.errors import InvalidSchedule
 from coordinator.schedules.firing import InputMapper
 from coordinator.schedules.model import Overlap, ScheduleDefinition
 from coordinator.schedules.spec import ScheduleSpec
@@ -73,13 +76,18 @@ def declared_schedules(registry: Any) -> list[tuple[str, DeclaredSchedule]]:
         seen.add(id(cls))
         for decl in getattr(cls, "schedules", ()) or ():
             if not isinstance(decl, DeclaredSchedule):
-                raise TypeError(f"{cls.__qualname__}.schedules must hold DeclaredSchedule "
-                                f"objects, got {decl!r}")
+                raise InvalidSchedule(f"{cls.__qualname__}.schedules must hold "
+                                      f"DeclaredSchedule objects, got {decl!r}")
+            try:
+                decl.definition(compiled.name)
+            except ValidationError as exc:
+                raise InvalidSchedule(f"{cls.__qualname__}.schedules: {decl.id!r}: "
+                                      f"{exc.errors(include_url=False)[0]['msg']}") from None
             found.append((compiled.name, decl))
     ids = [d.id for _, d in found]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
-        raise ValueError(f"schedule ids declared twice: {', '.join(dupes)}")
+        raise InvalidSchedule(f"schedule ids declared twice: {', '.join(dupes)}")
     return found
 
 

@@ -16,9 +16,11 @@ from coordinator.registry import SagaRegistry
 from coordinator.schedules import (
     DeclaredSchedule,
     IntervalSpec,
+    InvalidSchedule,
     Overlap,
     ScheduleDefinition,
     ScheduleFirer,
+    ScheduleMetrics,
     ScheduleSpec,
     run_saga_id,
     sync_declared,
@@ -151,13 +153,18 @@ async def test_allow_all_starts_every_time(store: SagaStore) -> None:
 
 async def test_catch_up_window_after_downtime(store: SagaStore) -> None:
     await create(store, Overlap.ALLOW_ALL, catchup=timedelta(seconds=25))
-    await ScheduleFirer(store).fire_due(now=at(60))
+    metrics = ScheduleMetrics()
+    await ScheduleFirer(store, metrics=metrics).fire_due(now=at(60))
     assert await runs(store) == [(10, "missed"), (20, "missed"), (30, "missed"),
                                  (40, "started"), (50, "started"), (60, "started")]
     async with store.pool.acquire() as conn:
         state = repo.state_of(await repo.get(conn, "s1"))
     assert (state.missed_count, state.fired_count) == (3, 3)
     assert state.next_fire_at == at(70)
+    sample = metrics.registry.get_sample_value
+    assert sample("sagaflow_schedule_runs_total", {"schedule": "s1", "outcome": "missed"}) == 3
+    assert sample("sagaflow_schedule_fire_lag_seconds_count", {"schedule": "s1"}) == 3
+    assert sample("sagaflow_schedule_fire_lag_seconds_sum", {"schedule": "s1"}) == 20 + 10 + 0
 
 
 async def test_a_run_started_by_a_replica_that_died_is_recorded_not_doubled(
@@ -230,3 +237,15 @@ async def test_declared_schedules_sync_and_map_the_fire_time(store: SagaStore) -
     record = await store.get_saga(run_saga_id("nightly", T0 + timedelta(hours=2)))
     assert record is not None
     assert OrderInput.model_validate(record.state.input).order_id == "2026-01-01"
+
+
+class TwiceDeclared(ShipOrder):
+    name = "twice_declared"
+    schedules = (DeclaredSchedule("dup", ScheduleSpec(cron=("0 2 * * *",))),
+                 DeclaredSchedule("dup", ScheduleSpec(cron=("0 3 * * *",))))
+
+
+async def test_a_bad_declaration_is_one_clear_error(store: SagaStore) -> None:
+    registry = SagaRegistry(sagas=[TwiceDeclared])
+    with pytest.raises(InvalidSchedule, match="schedule ids declared twice: dup"):
+        await sync_declared(store, registry, now=T0)
