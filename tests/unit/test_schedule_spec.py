@@ -146,3 +146,15 @@ def test_run_ids_are_deterministic_per_schedule_and_time() -> None:
     assert run_saga_id("a", t) != run_saga_id("a", t + timedelta(seconds=1))
     with pytest.raises(ValidationError):
         ScheduleDefinition(id="bad id!", saga_type="x", spec=ScheduleSpec(cron=("* * * * *",)))
+
+
+def test_the_schedules_package_surface_is_pinned() -> None:
+    import coordinator.schedules as schedules
+
+    assert set(schedules.__all__) == {
+        "BusinessCalendar", "DeclaredSchedule", "FireReport", "InputMapper", "IntervalSpec",
+        "InvalidSchedule", "Outcome", "Overlap", "ScheduleConflict", "ScheduleDefinition",
+        "ScheduleError", "ScheduleFirer", "ScheduleMetrics", "ScheduleNotFound",
+        "ScheduleSpec", "ScheduleState", "add_business_days", "declared_mappers",
+        "declared_schedules", "run_saga_id", "sync_declared"}
+    assert all(hasattr(schedules, name) for name in schedules.__all__)
