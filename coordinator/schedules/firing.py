@@ -24,7 +24,7 @@ from coordinator.engine import InvalidTransition, OperatorRepair, RepairVerb
 from coordinator.schedules import repository as repo
 from coordinator.schedules.errors import ScheduleConflict, ScheduleError
 from coordinator.schedules.metrics import ScheduleMetrics
-from coordinator.schedules.model import Outcome, Overlap, ScheduleDefinition
+from coordinator.schedules.model import RAN, Outcome, Overlap, ScheduleDefinition
 from coordinator.store import (
     InvalidInput,
     SagaConflict,
@@ -259,7 +259,7 @@ class ScheduleFirer:
             f.definition.id, nominal, outcome.value, saga_id, reason, now,
             now if saga_id is not None else None, self.actor)
         report.add(outcome)
-        if outcome in (Outcome.STARTED, Outcome.TRIGGERED, Outcome.BACKFILLED):
+        if outcome in RAN:
             f.counts["fired"] += 1
         elif outcome is Outcome.SKIPPED:
             f.counts["skipped"] += 1

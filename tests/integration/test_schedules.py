@@ -231,7 +231,7 @@ async def test_declared_schedules_sync_and_map_the_fire_time(store: SagaStore) -
     async with store.pool.acquire() as conn:
         state = repo.state_of(await repo.get(conn, "nightly"))
         await conn.execute("UPDATE schedules SET paused = false WHERE id = 'nightly'")
-    assert state.paused if hasattr(state, "paused") else state.definition.paused
+    assert state.definition.paused
     assert state.source == "code" and state.next_fire_at == T0 + timedelta(hours=2)
     await ScheduleFirer(scoped, mappers=mappers).fire_due(now=T0 + timedelta(hours=2))
     record = await store.get_saga(run_saga_id("nightly", T0 + timedelta(hours=2)))
