@@ -158,3 +158,16 @@ def test_the_schedules_package_surface_is_pinned() -> None:
         "ScheduleSpec", "ScheduleState", "add_business_days", "declared_mappers",
         "declared_schedules", "run_saga_id", "sync_declared"}
     assert all(hasattr(schedules, name) for name in schedules.__all__)
+
+
+def test_jitter_is_deterministic_and_bounded() -> None:
+    from coordinator.schedules.repository import jitter_of
+
+    d = ScheduleDefinition(id="j", saga_type="x", spec=ScheduleSpec(cron=("* * * * *",)),
+                           jitter=timedelta(seconds=30))
+    times = [datetime(2026, 12, 1, tzinfo=UTC) + timedelta(minutes=i) for i in range(50)]
+    delays = [jitter_of(d, t) for t in times]
+    assert delays == [jitter_of(d, t) for t in times]  # every replica computes the same
+    assert all(timedelta(0) <= j < timedelta(seconds=30) for j in delays)
+    assert len(set(delays)) > 40  # spread, not one constant
+    assert jitter_of(d.model_copy(update={"jitter": timedelta(0)}), times[0]) == timedelta(0)
