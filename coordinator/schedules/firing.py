@@ -151,7 +151,11 @@ class ScheduleFirer:
             nominal = f.next_fire_at
             handled += 1
             busy = await self._handle(conn, f, nominal, now, busy, report)
-            f.next_fire_at = d.spec.next_after(nominal)
+            try:
+                f.next_fire_at = d.spec.next_after(nominal)
+            except ValueError as exc:  # e.g. a calendar that closes every day from here on
+                log.error("schedule %s has no fire time after %s: %s", d.id, nominal, exc)
+                f.next_fire_at = None
         if f.buffered and f.cancel_requested is None and d.overlap is Overlap.CANCEL_OTHER \
                 and busy and f.last_saga_id is not None:
             await self._cancel(f, f.last_saga_id)
@@ -236,7 +240,11 @@ class ScheduleFirer:
 
     async def _start(self, d: ScheduleDefinition, nominal: datetime, sid: UUID) -> str:
         mapper = self.mappers.get(d.id)
-        data: dict[str, Any] = dict(mapper(nominal)) if mapper is not None else dict(d.input)
+        try:
+            data: dict[str, Any] = dict(mapper(nominal)) if mapper else dict(d.input)
+        except Exception as exc:  # the saga author's code: record the failure, go on
+            raise InvalidInput(d.saga_type, [{"loc": (), "msg": f"input mapper failed: "
+                                              f"{type(exc).__name__}: {exc}"}]) from exc
         if d.fire_time_field:
             data[d.fire_time_field] = nominal.isoformat()
         try:

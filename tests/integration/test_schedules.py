@@ -249,3 +249,20 @@ async def test_a_bad_declaration_is_one_clear_error(store: SagaStore) -> None:
     registry = SagaRegistry(sagas=[TwiceDeclared])
     with pytest.raises(InvalidSchedule, match="schedule ids declared twice: dup"):
         await sync_declared(store, registry, now=T0)
+
+
+async def test_a_failing_input_mapper_is_recorded_and_the_schedule_goes_on(
+    store: SagaStore,
+) -> None:
+    await create(store, Overlap.ALLOW_ALL)
+
+    def broken(fire_time: datetime) -> dict[str, Any]:
+        raise RuntimeError("no data for " + fire_time.isoformat())
+
+    await ScheduleFirer(store, mappers={"s1": broken}).fire_due(now=at(20))
+    assert await runs(store) == [(10, "failed"), (20, "failed")]
+    async with store.pool.acquire() as conn:
+        reason = await conn.fetchval("SELECT reason FROM schedule_runs LIMIT 1")
+        state = repo.state_of(await repo.get(conn, "s1"))
+    assert "input mapper failed: RuntimeError: no data for" in reason
+    assert state.next_fire_at == at(30) and await saga_count(store) == 0
