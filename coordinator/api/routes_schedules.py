@@ -167,7 +167,9 @@ async def create_schedule(body: ScheduleDefinition, ctx: Ctx, who: Operator) -> 
 
 @router.post("/schedules/preview", response_model=PreviewOut,
              summary="The next fire times of a spec (nothing is saved)")
-async def preview_spec(body: PreviewRequest, ctx: Ctx, _: Viewer) -> PreviewOut:
+async def preview_spec(body: PreviewRequest, ctx: Ctx, _: Operator) -> PreviewOut:
+    # Operator, like every POST of the API (a viewer's token never reaches a POST handler);
+    # viewers preview a saved schedule with GET /schedules/{id}/preview.
     with _schedule_errors():
         return PreviewOut(times=body.spec.preview(body.after or ctx.now(), body.count))
 

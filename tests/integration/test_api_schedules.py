@@ -117,10 +117,12 @@ async def test_bad_schedules_are_refused_with_a_stable_code(
 
 
 async def test_preview_an_unsaved_spec(api: Api) -> None:
+    assert (await api.post("/schedules/preview", {"spec": {"cron": ["0 9 * * *"]}},
+                           token=VIEWER)).status_code == 403
     spec = {"cron": ["0 9 * * *"], "timezone": "America/New_York",
             "calendar": {"country": "US", "on_closed": "shift"}}
     r = await api.post("/schedules/preview", {"spec": spec, "count": 2,
-                                              "after": "2026-12-24T15:00:00Z"}, token=VIEWER)
+                                              "after": "2026-12-24T15:00:00Z"})
     assert r.json()["times"] == ["2026-12-28T14:00:00Z", "2026-12-29T14:00:00Z"]
 
 
