@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from coordinator.schedules import repository as repo
-from coordinator.schedules.errors import InvalidSchedule
+from coordinator.schedules.errors import InvalidSchedule, ScheduleConflict
 from coordinator.schedules.firing import InputMapper
 from coordinator.schedules.model import Overlap, ScheduleDefinition
 from coordinator.schedules.spec import ScheduleSpec
@@ -108,7 +108,10 @@ async def sync_declared(store: SagaStore, registry: Any, *, now: datetime
             row = await conn.fetchrow(
                 "SELECT source, paused FROM schedules WHERE id = $1 FOR UPDATE", decl.id)
             if row is None:
-                await repo.insert(conn, wanted, now=now, actor=CODE_ACTOR, source="code")
+                try:
+                    await repo.insert(conn, wanted, now=now, actor=CODE_ACTOR, source="code")
+                except ScheduleConflict:  # another replica starting at the same moment
+                    continue
                 log.info("declared schedule %s created", decl.id)
                 continue
             if row["source"] != "code":

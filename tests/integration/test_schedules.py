@@ -266,3 +266,12 @@ async def test_a_failing_input_mapper_is_recorded_and_the_schedule_goes_on(
         state = repo.state_of(await repo.get(conn, "s1"))
     assert "input mapper failed: RuntimeError: no data for" in reason
     assert state.next_fire_at == at(30) and await saga_count(store) == 0
+
+
+async def test_replicas_starting_together_both_sync_the_declarations(store: SagaStore) -> None:
+    registry = SagaRegistry(sagas=[NightlyShip])
+    scoped = [SagaStore(store.pool, registry), SagaStore(store.pool, registry)]
+    results = await asyncio.gather(*(sync_declared(s, registry, now=T0) for s in scoped))
+    assert [set(r) for r in results] == [{"nightly"}, {"nightly"}]
+    async with store.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM schedules") == 1
