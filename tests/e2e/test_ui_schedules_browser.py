@@ -51,11 +51,25 @@ def base(seeded: str, topic_prefix: str, tmp_path: Path) -> Iterator[str]:
 
 def _sign_in(driver: Any, base: str, token: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{base}/ui/schedules")
+    assert driver.find_element(By.NAME, "next").get_attribute("value") == "/ui/schedules"
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.ID, "sign-in").click()
+    # A click does not wait for the navigation it starts.
+    WebDriverWait(driver, 15).until(lambda d: d.find_elements(By.ID, "whoami"))
     assert driver.current_url.endswith("/ui/schedules")
+
+
+def _sign_out(driver: Any) -> None:
+    """Sign out and wait for the sign-in page, so the next navigation cannot race the POST."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.find_element(By.ID, "sign-out").click()
+    WebDriverWait(driver, 15).until(
+        lambda d: "Signed out" in " ".join(e.text for e in d.find_elements(By.ID, "flash")))
 
 
 def test_an_operator_pauses_a_schedule_and_triggers_a_run(base: str, tmp_path: Path) -> None:
@@ -71,7 +85,7 @@ def test_an_operator_pauses_a_schedule_and_triggers_a_run(base: str, tmp_path: P
         assert sum("started" in o for o in outcomes) == 1
         assert len(driver.find_elements(By.CSS_SELECTOR, "#upcoming li")) == 5
         assert not driver.find_elements(By.ID, "actions")  # a viewer: no buttons
-        driver.find_element(By.ID, "sign-out").click()
+        _sign_out(driver)
 
         _sign_in(driver, base, OPERATOR)
         driver.find_element(By.CSS_SELECTOR, "#schedules tbody tr a").click()
