@@ -17,6 +17,7 @@ import asyncpg
 
 from coordinator.diagram import main_diagram
 from coordinator.migrations import migrate
+from coordinator.schedules import ScheduleError
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore, StoreError
 from coordinator.worker import SagaImportError, Worker, build_registry
@@ -150,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         code: int = asyncio.run(args.fn(args, settings))
-    except (StoreError, SagaImportError) as exc:
+    except (StoreError, SagaImportError, ScheduleError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

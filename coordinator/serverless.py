@@ -1,4 +1,5 @@
-"""The coordinator as functions: one call per batch of reply records, one per timer tick.
+"""The coordinator as functions: one call per batch of reply records, one per timer tick,
+one per schedule tick.
 
 A FaaS runtime (a Kafka-triggered function, a scheduled function) calls these with a
 :class:`~coordinator.store.SagaStore`; the long-lived worker calls the very same functions.
@@ -16,6 +17,7 @@ from typing import Protocol
 from coordinator.engine import ReplyReceived
 from coordinator.observability.tracing import ReplySpans
 from coordinator.reply_decoding import decode_reply_leniently
+from coordinator.schedules import FireReport, ScheduleFirer
 from coordinator.store import (
     ApplyOutcome,
     ApplyResult,
@@ -27,7 +29,8 @@ from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.dead_letters import DeadLetter
 from participant_sdk.protocol import ProtocolError
 
-__all__ = ["BatchResult", "ReplyRecord", "fire_due_timers", "handle_reply_batch"]
+__all__ = ["BatchResult", "ReplyRecord", "fire_due_schedules", "fire_due_timers",
+           "handle_reply_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +144,16 @@ async def fire_due_timers(
 ) -> int:
     """Fire up to ``limit`` timers due at ``now`` (default: the store's clock); return the count."""
     return await store.fire_due_timers(now=now, limit=limit)
+
+
+async def fire_due_schedules(
+    firer: ScheduleFirer, now: datetime | None = None, limit: int = 100
+) -> FireReport:
+    """Fire the schedules due at ``now`` (up to ``limit`` of them): each is claimed with
+    ``SKIP LOCKED`` and each run is an idempotent start, so any number of ticks may overlap.
+    Build the firer once per process: ``ScheduleFirer(store, mappers=declared_mappers(reg))``.
+    """
+    return await firer.fire_due(now=now, limit=limit)
 
 
 async def _one_by_one(

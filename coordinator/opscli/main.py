@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from coordinator.opscli import schedules
 from coordinator.opscli.render import render_dead, render_history, render_job, render_saga, table
 
 __all__ = ["main"]
@@ -53,6 +54,8 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
             message = response.text[:500]
         raise CliError(f"HTTP {response.status_code} {message}",
                        3 if response.status_code >= 500 else 1)
+    if response.status_code == 204:
+        return {}
     return response.json()
 
 
@@ -170,9 +173,21 @@ def cmd_letters(client: httpx.Client, args: argparse.Namespace) -> Any:
     return _call(client, "DELETE", f"{base}/{args.id}")
 
 
+def cmd_schedules(client: httpx.Client, args: argparse.Namespace) -> Any:
+    problem = schedules.check(args)
+    if problem is not None:
+        raise CliError(problem, 2)
+    try:
+        return schedules.run(_call, client, args)
+    except (ValueError, OSError) as exc:
+        raise CliError(str(exc), 2) from None
+
+
 def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
     command = args.command
-    if command == "list":
+    if command == "schedules":
+        schedules.render_schedules(args, data, out)
+    elif command == "list":
         out.write(table(data["items"], ["saga_id", "saga_type", "version", "status", "state",
                                         "retries", "stuck", "created_at"]))
         if data.get("next_cursor"):
@@ -286,6 +301,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id", nargs="?", type=int)
     p.add_argument("--outbox", action="store_true", help="the outbox's dead letters")
     p.add_argument("--limit", type=int, default=100)
+    schedules.add_schedule_commands(add("schedules", cmd_schedules, "recurring and delayed "
+                                        "saga starts: list, create, pause, trigger, backfill..."))
     return parser
 
 

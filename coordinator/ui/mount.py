@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from coordinator.ui import actions, pages
+from coordinator.ui import actions, pages, schedules
 from coordinator.ui.docs import mount_docs
 from coordinator.ui.session import CsrfRefused
 from coordinator.ui.settings import UiSettings
@@ -29,6 +29,7 @@ def mount_ui(app: FastAPI, settings: UiSettings | None = None) -> None:
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(pages.router, prefix="/ui")
     app.include_router(actions.router, prefix="/ui")
+    app.include_router(schedules.router, prefix="/ui")
     mount_docs(app)
 
     @app.get("/", include_in_schema=False)

@@ -22,7 +22,8 @@ from aiokafka.structs import OffsetAndMetadata
 from coordinator.migrations import migrate
 from coordinator.observability.scan import WorkerObservability
 from coordinator.relay_wake import start_relay_waker
-from coordinator.serverless import fire_due_timers, handle_reply_batch
+from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
+from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker.compaction import CompactionLoop
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 _MIN_SLEEP = 0.05
 _ERROR_BACKOFF = 1.0
+#: Longest sleep of the schedule loop: a schedule created over the API fires within it.
+_SCHEDULE_MAX_IDLE = 1.0
 
 
 class WorkerStateError(RuntimeError):
@@ -70,6 +73,8 @@ class Worker:
         self.observability: WorkerObservability | None = None
         #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
         self.compaction: CompactionLoop | None = None
+        #: Fires the due schedules (created by start()).
+        self.schedules: ScheduleFirer | None = None
         #: Counters for tests and logs.
         self.batches = 0
         self.timers_fired = 0
@@ -103,6 +108,10 @@ class Worker:
         self._relay_waker = await start_relay_waker(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name)
         await self.observability.start()
+        mappers = await sync_declared(self.store, self.registry, now=datetime.now(UTC))
+        self.schedules = ScheduleFirer(
+            self.store, metrics=ScheduleMetrics(self.observability.metrics.registry),
+            mappers=mappers, actor=self.name)
         if s.compact_interval.total_seconds() > 0:
             self.compaction = CompactionLoop(self.store, s, name=self.name)
             await self.compaction.start()
@@ -120,6 +129,7 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
             asyncio.create_task(self._timer_loop(), name=f"{self.name}-timers"),
+            asyncio.create_task(self._schedule_loop(), name=f"{self.name}-schedules"),
         ]
         log.info("%s started (group %s)", self.name, s.group_id)
 
@@ -252,6 +262,28 @@ class Worker:
                 # A due timer that did not fire belongs to a saga busy elsewhere: back off a bit.
                 delay = min(max((next_due - now).total_seconds(), _MIN_SLEEP), max_idle)
             await self._sleep(delay)
+
+    # -- schedule loop ----------------------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        firer = self.schedules
+        assert firer is not None
+        limit = self.settings.timer_batch_size
+        while not self._stopping.is_set():
+            try:
+                report = await fire_due_schedules(firer, limit=limit)
+                if report.schedules >= limit:
+                    continue
+                next_due = await firer.next_due()
+            except Exception:
+                log.exception("%s: firing schedules failed", self.name)
+                await self._pause(_ERROR_BACKOFF)
+                continue
+            delay = _SCHEDULE_MAX_IDLE
+            if next_due is not None:
+                wait = (next_due - datetime.now(UTC)).total_seconds()
+                delay = min(max(wait, _MIN_SLEEP), _SCHEDULE_MAX_IDLE)
+            await self._pause(delay)
 
     async def _sleep(self, seconds: float) -> None:
         self._sleep_until = datetime.fromtimestamp(datetime.now(UTC).timestamp() + seconds, UTC)
