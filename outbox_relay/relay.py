@@ -92,6 +92,11 @@ FROM sagaflow_outbox WHERE shard = ANY($1::smallint[])
 """
 
 
+#: A failed rebalance during an idle wait just ends the wait: the next round's own rebalance
+#: runs under the retry policy (and reconnects when the connection is gone).
+_IDLE_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
 class _TransientPublishError(Exception):
     """Some rows of a batch were not acknowledged for a reason that may pass."""
 
@@ -370,12 +375,31 @@ class Relay:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
 
+    async def _wait_for_work(self, seconds: float, next_rebalance: float) -> float:
+        """The idle wait of a LISTENing relay: sleep until a hint, stop or ``seconds``, with no
+        query meanwhile except the shard rebalance when it is due (so a standby still takes
+        over a dead owner's shards within ``rebalance_interval``). Returns the next rebalance
+        time; a rebalance that acquired shards ends the wait (it sets the wake flag)."""
+        deadline = time.monotonic() + seconds
+        interval = self.settings.rebalance_interval.total_seconds()
+        while not self._wake.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= next_rebalance:
+                await self._rebalance()
+                next_rebalance = now + interval
+                continue
+            await self._idle(min(deadline, next_rebalance) - now)
+        return next_rebalance
+
     async def _run(self) -> None:
         next_rebalance = 0.0
         next_lag = 0.0
         idle = self.settings.min_poll_interval.total_seconds()
         max_idle = self.settings.poll_interval.total_seconds()
         moved = False  # rows sent or claimed in the current round of lane turns
+        burst = False  # the round after an idle wait claims every lane at once
         while not self._stopping.is_set():
             sent = claimed = 0
             async for attempt in self._retrying():
@@ -397,7 +421,11 @@ class Relay:
                             next_lag = now + self.settings.lag_interval.total_seconds()
                         if self._turn == 0:
                             self._wake.clear()  # this round's claims see what was hinted so far
-                        sent, claimed = await self._cycle()
+                        if burst and self._turn == 0 and not self._busy():
+                            sent, claimed = await self._burst()
+                        else:
+                            sent, claimed = await self._cycle()
+                        burst = False
                     except BaseException as exc:
                         if isinstance(exc, _ProducerFault):
                             self._producer_broken = True
@@ -408,7 +436,18 @@ class Relay:
             if claimed or self._turn:
                 # Claimed rows go out in the next turn; a round polls every lane before sleeping.
                 continue
-            if moved or self._busy():
+            if self._busy():
+                # Batches in flight: settle them soon (a hint still wakes the relay earlier).
+                idle = self.settings.min_poll_interval.total_seconds()
+            elif self.settings.listen and self._conn is not None:
+                # Nothing claimed or in flight: wait for a hint, polling only every
+                # poll_interval for rows of writers that send none.
+                moved = False
+                with contextlib.suppress(*_IDLE_ERRORS):
+                    next_rebalance = await self._wait_for_work(max_idle, next_rebalance)
+                burst = True
+                continue
+            elif moved:
                 idle = self.settings.min_poll_interval.total_seconds()
             else:
                 idle = min(max_idle, max(idle * 2, self.settings.min_poll_interval.total_seconds()))
@@ -562,6 +601,28 @@ class Relay:
                 background.exception()  # retrieved: the error that matters is being raised
             raise
         return len(rows), len(lane.claimed)
+
+    async def _burst(self) -> tuple[int, int]:
+        """The first turn after an idle wait, when nothing is claimed or in flight: claim the
+        rows of every lane in one query and send them at once (a lane-by-lane round would
+        take up to three claims before the row sits in the last lane). Each lane's part
+        becomes its batch in flight, settled at its next turn as usual, so per-lane order and
+        "claim only after the previous batch is deleted" hold as in :meth:`_cycle`."""
+        shards = self._shards
+        assert shards is not None and self._conn is not None
+        owned = sorted(shards.owned)
+        if not owned:
+            return 0, 0
+        batch = self.settings.batch_size
+        per_shard = min(batch, max(64, 2 * -(-batch // len(owned))))
+        rows = list(await self._conn.fetch(_CLAIM, owned, per_shard, batch))
+        parts: dict[int, list[asyncpg.Record]] = {}
+        for row in rows:
+            parts.setdefault(row["shard"] % _LANES, []).append(row)
+        for index, part in parts.items():
+            self.metrics.batch_size.observe(len(part))
+            self._lanes[index].inflight = await self._send(part, shards.owned)
+        return len(rows), len(rows)
 
     async def _settle_and_claim(
         self, inflight: _Inflight | None, shards: list[int]
