@@ -43,17 +43,20 @@ SEGMENTS = ("relay", "to_participant", "participant_txn", "to_coordinator")
 async def _read_all(bootstrap: str, topics: list[str], limit_s: float = 60.0) -> list[Any]:
     """Every record of ``topics`` up to their end offsets now.
 
-    Progress is counted from the offsets of the records received, not ``position()``: right
-    after a burst, ``position()`` after ``seek_to_beginning`` could already report the end and
-    the read came back empty (the ``nan (0 hops)`` of the one-in-flight figures).
+    The consumer resets to the earliest offset: with aiokafka's default (latest), the reset
+    that ``assign()`` starts could land after ``seek_to_beginning`` and leave every position
+    at the end, so nothing was read (the ``nan (0 hops)`` of the low-load figures). Progress
+    is counted from the offsets received.
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
     await consumer.start()
     try:
         parts = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
         consumer.assign(parts)
         ends = await consumer.end_offsets(parts)
-        await consumer.seek_to_beginning(*parts)
+        for tp in parts:
+            consumer.seek(tp, 0)  # the topics are the stack's own, never truncated
         seen = {tp: 0 for tp in parts}
         out: list[Any] = []
         deadline = time.monotonic() + limit_s
