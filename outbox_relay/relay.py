@@ -604,10 +604,16 @@ class Relay:
 
     async def _burst(self) -> tuple[int, int]:
         """The first turn after an idle wait, when nothing is claimed or in flight: claim the
-        rows of every lane in one query and send them at once (a lane-by-lane round would
-        take up to three claims before the row sits in the last lane). Each lane's part
-        becomes its batch in flight, settled at its next turn as usual, so per-lane order and
-        "claim only after the previous batch is deleted" hold as in :meth:`_cycle`."""
+        rows of every lane in one query and send them at once (a lane-by-lane round takes up
+        to three claims before it reaches the row's lane).
+
+        A burst that is not a full batch is settled and deleted right away (one claim and one
+        delete per pick-up at low load) and returns no claimed rows, so the loop goes back to
+        its idle wait, or bursts again at once if a hint came meanwhile. A full batch means a
+        backlog: each lane's part becomes its batch in flight and the lanes take turns as
+        usual. Either way a key's rows are claimed again only after they were deleted, as in
+        :meth:`_cycle`, so per-key order holds.
+        """
         shards = self._shards
         assert shards is not None and self._conn is not None
         owned = sorted(shards.owned)
@@ -616,6 +622,12 @@ class Relay:
         batch = self.settings.batch_size
         per_shard = min(batch, max(64, 2 * -(-batch // len(owned))))
         rows = list(await self._conn.fetch(_CLAIM, owned, per_shard, batch))
+        if not rows:
+            return 0, 0
+        if len(rows) < batch:
+            self.metrics.batch_size.observe(len(rows))
+            await self._commit(await self._settle(await self._send(rows, shards.owned)))
+            return len(rows), 0
         parts: dict[int, list[asyncpg.Record]] = {}
         for row in rows:
             parts.setdefault(row["shard"] % _LANES, []).append(row)
