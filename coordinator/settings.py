@@ -32,8 +32,9 @@ class CoordinatorSettings(BaseSettings):
     migrate_on_start: bool = False
     #: Most replies fetched from Kafka and applied in one database transaction.
     reply_batch_size: int = Field(default=200, ge=1, le=10_000)
-    #: How long a fetch waits for replies before handling what it has.
-    reply_fetch_timeout: timedelta = timedelta(milliseconds=200)
+    #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are
+    #: there, so this only sets how often an idle worker wakes up).
+    reply_fetch_timeout: timedelta = timedelta(seconds=1)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.

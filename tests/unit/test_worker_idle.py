@@ -116,3 +116,28 @@ async def test_a_failed_commit_is_logged_and_the_committer_goes_on(
     consumer.release.set()
     await asyncio.wait_for(stop, 1)
     assert consumer.commits == [{TP0: 2}]
+
+
+async def test_an_idle_participant_commit_loop_sleeps_until_a_command_finishes() -> None:
+    from participant_sdk import ParticipantRunner, ParticipantSettings
+    from tests.unit.test_sdk_units import Demo
+
+    runner = ParticipantRunner(Demo(), ParticipantSettings(
+        dsn="postgresql://unused", commit_interval=timedelta(milliseconds=50)))
+    calls = 0
+
+    async def commit(partitions: object = None) -> None:
+        nonlocal calls
+        calls += 1
+
+    runner._commit = commit  # type: ignore[method-assign]
+    task = asyncio.create_task(runner._commit_loop())
+    try:
+        await asyncio.sleep(0.3)
+        assert calls == 0  # idle: no timer wake-ups, no commit attempts
+        runner._uncommitted.set()  # what a lane does when a command finished
+        await asyncio.sleep(0.12)
+        assert calls == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
