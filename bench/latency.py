@@ -24,7 +24,7 @@ import asyncpg
 
 from bench.breakdown import hop_breakdown
 from bench.load import percentile
-from bench.stack import Stack, cpu_seconds
+from bench.stack import Stack
 
 #: Sequential hops of the success path: TCC = 3 tries + the confirms together; saga steps = 3.
 HOPS = {"bench_tcc3": 4, "bench_steps3": 3}
@@ -180,24 +180,31 @@ async def codec_costs(stack: Stack, samples: int = 200, rounds: int = 20) -> dic
     return out
 
 
-async def latency_phase(stack: Stack, config: LatencyConfig, driver_for: Any,
+async def latency_phase(stacks: dict[str, Stack], config: LatencyConfig, driver_for: Any,
                         kinds: tuple[tuple[str, int], ...] = KINDS) -> dict[str, Any]:
-    out: dict[str, Any] = {"sagas": {}}
+    """Every measurement on every stack (variant), interleaved: each measurement runs on
+    each variant in turn, the order reversed from one measurement to the next, so a change
+    in the machine's load hits the variants alike. Then each stack's idle window in turn."""
+    out: dict[str, dict[str, Any]] = {name: {"sagas": {}} for name in stacks}
+    order = list(stacks)
     for saga, steps in kinds:
-        runs: dict[str, Any] = {
-            "one": await _closed(stack, driver_for, saga, steps, 1, config.warmup,
-                                 config.one_s, breakdown=True),
-            "sixteen": await _closed(stack, driver_for, saga, steps, 16, config.warmup,
-                                     config.sixteen_s, breakdown=False),
-        }
-        for rate in config.rates:
-            runs[f"open_{rate:g}"] = await _open(stack, driver_for, saga, steps, rate,
-                                                 config.open_s)
-        runs["hops"] = HOPS[saga]
-        out["sagas"][saga] = runs
-    out["codec"] = await codec_costs(stack)
-    out["idle"] = await idle_stack(stack, config.idle_s, settle=config.idle_settle_s)
-    out["bench_driver_cpu_s"] = cpu_seconds(os.getpid())
+        for name in order:
+            out[name]["sagas"][saga] = {"hops": HOPS[saga]}
+        plan: list[tuple[str, Any]] = [
+            ("one", lambda st, s=saga, n=steps: _closed(
+                st, driver_for, s, n, 1, config.warmup, config.one_s, breakdown=True)),
+            ("sixteen", lambda st, s=saga, n=steps: _closed(
+                st, driver_for, s, n, 16, config.warmup, config.sixteen_s, breakdown=False)),
+            *((f"open_{rate:g}", lambda st, s=saga, n=steps, r=rate: _open(
+                st, driver_for, s, n, r, config.open_s)) for rate in config.rates),
+        ]
+        for key, measure in plan:
+            for name in order:
+                out[name]["sagas"][saga][key] = await measure(stacks[name])
+            order.reverse()
+    for name, stack in stacks.items():
+        out[name]["codec"] = await codec_costs(stack)
+        out[name]["idle"] = await idle_stack(stack, config.idle_s, settle=config.idle_settle_s)
     return out
 
 

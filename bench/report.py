@@ -137,7 +137,6 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
     add("reply envelope validate + dump µs (pydantic)", lambda r: "{:.1f}".format(
         r["codec"]["pydantic"]["reply_validate_json_us"]
         + r["codec"]["pydantic"]["reply_dump_json_us"]))
-    add("targets", lambda r: ", ".join(f"{k}={v}" for k, v in r["targets"].items()))
     return rows
 
 
@@ -210,5 +209,9 @@ def render_table(results: dict[str, Any]) -> str:
     text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
     latency = results.get("latency")
     if latency:
-        text = _render_columns(list(latency), _latency_rows(latency, limits)) + "\n\n" + text
+        targets = "\n".join(
+            f"targets ({name}): " + ", ".join(f"{k}={v}" for k, v in run["targets"].items())
+            for name, run in latency.items() if run.get("targets"))
+        text = (_render_columns(list(latency), _latency_rows(latency, limits)) + "\n"
+                + targets + "\n\n" + text)
     return text

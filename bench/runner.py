@@ -257,13 +257,13 @@ async def run_bench(config: BenchConfig) -> dict[str, Any]:
     if "limits" in phases:
         out["limits"] = await _limits(config)
     if "latency" in phases:
-        out["latency"] = {}
-        for name, options in config.variants.items():
-            async with Stack(config.postgres, config.kafka, ALL_SAGAS, label=f"latency-{name}",
-                             **options) as stack:
-                run = await latency_phase(stack, config.latency, _driver)
+        async with contextlib.AsyncExitStack() as variants:
+            stacks = {name: await variants.enter_async_context(Stack(
+                config.postgres, config.kafka, ALL_SAGAS, label=f"latency-{name}", **options))
+                for name, options in config.variants.items()}
+            out["latency"] = await latency_phase(stacks, config.latency, _driver)
+        for run in out["latency"].values():
             run["targets"] = latency_targets(run)
-            out["latency"][name] = run
     async with contextlib.AsyncExitStack() as stacks:
         shared: Stack | None = None
         if config.smoke:
