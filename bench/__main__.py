@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.latency import LatencyConfig
 from bench.report import render_table
 from bench.runner import BenchConfig, run_bench
 from bench.stack import RESULTS
@@ -49,8 +50,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="connections of the Postgres write-rate limit")
     p.add_argument("--rss-sagas", type=int, default=100_000,
                    help="sagas left waiting mid-saga for the memory figure")
-    p.add_argument("--phases", default="limits,e2e,scale,replicas,rss",
-                   help="comma-separated subset of limits,e2e,scale,replicas,rss")
+    p.add_argument("--phases", default="limits,latency,e2e,scale,replicas,rss",
+                   help="comma-separated subset of limits,latency,e2e,scale,replicas,rss")
+    p.add_argument("--one-duration", type=float, default=15.0,
+                   help="latency phase: window of the 1-in-flight closed loop, seconds")
+    p.add_argument("--sixteen-duration", type=float, default=15.0,
+                   help="latency phase: window of the 16-in-flight closed loop, seconds")
+    p.add_argument("--latency-open-duration", type=float, default=10.0,
+                   help="latency phase: length of each open loop, seconds")
+    p.add_argument("--latency-rates", default="50,100",
+                   help="latency phase: open-loop rates, sagas/s, comma-separated")
+    p.add_argument("--idle-duration", type=float, default=60.0,
+                   help="latency phase: idle window (no sagas), seconds")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME[:K=V,...]",
+                   help="latency phase: one stack per variant, in order; keys: repo=PATH "
+                        "(run that checkout's stack code), uvloop=1, any SAGAFLOW_* setting. "
+                        "Default: one variant, this checkout")
     p.add_argument("--profile", action="store_true",
                    help="run the end-to-end stack's processes under cProfile (slower)")
     p.add_argument("--name", default="saga", help="results file name prefix")
@@ -58,15 +73,46 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME[:K=V,...]`` -> (name, Stack keyword arguments)."""
+    name, _, rest = text.partition(":")
+    options: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--variant {text!r}: {item!r} is not KEY=VALUE")
+        if key == "repo":
+            options["repo"] = Path(value).resolve()
+        elif key == "uvloop":
+            options["uvloop"] = value not in ("0", "false", "")
+        elif key.startswith("SAGAFLOW_"):
+            env[key] = value
+        else:
+            raise SystemExit(f"--variant {text!r}: unknown key {key!r}")
+    if env:
+        options["env"] = env
+    return name, options
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    latency = LatencyConfig(
+        one_s=args.one_duration, sixteen_s=args.sixteen_duration,
+        open_s=args.latency_open_duration,
+        rates=[float(r) for r in args.latency_rates.split(",") if r],
+        idle_s=args.idle_duration)
+    if args.smoke:
+        latency = LatencyConfig(one_s=1.0, sixteen_s=1.0, open_s=1.0, rates=[20.0],
+                                idle_s=2.0, idle_settle_s=0.5, warmup=0.5)
+    variants = dict(_variant(v) for v in args.variant) or {"this": {}}
     if args.smoke:
         config = BenchConfig(
             postgres=args.postgres, kafka=args.kafka, smoke=True, duration=3.0,
             open_duration=2.0, rate=args.rate, scale_duration=2.0, warmup=1.0,
             concurrency=min(args.concurrency, 64), limit_duration=1.0, pg_concurrency=4,
             rss_sagas=min(args.rss_sagas, 300), extra_rate=0.0,
-            phases=args.phases.split(","), profile=False)
+            phases=args.phases.split(","), profile=False, latency=latency, variants=variants)
     else:
         config = BenchConfig(
             postgres=args.postgres, kafka=args.kafka, smoke=False, duration=args.duration,
@@ -75,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             concurrency=args.concurrency, limit_duration=args.limit_duration,
             pg_concurrency=args.pg_concurrency, rss_sagas=args.rss_sagas,
             extra_rate=args.extra_rate,
-            phases=args.phases.split(","), profile=args.profile)
+            phases=args.phases.split(","), profile=args.profile, latency=latency,
+            variants=variants)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     results: dict[str, Any] = {
         "name": args.name,

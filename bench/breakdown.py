@@ -1,17 +1,31 @@
 """Where a saga's latency goes, hop by hop, from timestamps the stack already records.
 
-For every command of the sagas given: ``relay`` = the command's Kafka timestamp (set when the
-relay sends it) minus the coordinator's latest history ``recorded_at`` before it (the
-transaction that wrote the outbox row); ``participant`` = the reply's Kafka timestamp (sent
-after the participant's commit) minus the command's; ``coordinator`` = the ``recorded_at`` of
-the history row that applied the reply minus the reply's timestamp (delivery, fetch and
-queueing behind the batch in flight). Kafka timestamps have millisecond resolution.
+A hop is one command and its reply: coordinator transaction -> relay -> Kafka -> participant
+transaction -> Kafka -> coordinator transaction. For every command of the sagas given it is
+split at four instants the stack stores anyway:
+
+* ``c0``: the coordinator's history ``recorded_at`` of the change that wrote the command (the
+  store's clock, read after the saga rows are locked, before the writes and the COMMIT);
+* ``r``: the command's Kafka timestamp (CreateTime: when the relay called ``send()``);
+* ``b``: the participant's barrier row ``created_at`` (``now()``: its transaction's start,
+  after fetch, lane queue, pool acquisition and BEGIN);
+* ``p``: the reply's Kafka timestamp (the participant's ``send()``, after its COMMIT);
+* ``c1``: the ``recorded_at`` of the history row that applied the reply.
+
+Segments: ``relay`` = r - c0 (the coordinator's writes and COMMIT, the hint, the relay's
+claim); ``to participant`` = b - r (producer linger and produce, broker, the participant's
+fetch wait, lane queue, pool acquisition, BEGIN); ``participant txn`` = p - b (barrier,
+handler, COMMIT); ``to coordinator`` = c1 - p (reply produce, fetch wait, queueing behind the
+batch in flight, BEGIN and the row lock). Kafka timestamps have millisecond resolution (they
+are truncated, so ``relay`` reads up to 1 ms low and the next segment as much high); the
+command is matched to the last change recorded before its timestamp plus that millisecond.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import time
 import uuid
 from typing import Any
 
@@ -20,44 +34,83 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench.load import percentile
 from bench.stack import PARTITIONS, Stack
+from participant_sdk.barrier import BARRIER_TABLE
 from participant_sdk.protocol import reply_topic
 
+SEGMENTS = ("relay", "to_participant", "participant_txn", "to_coordinator")
 
-async def _read_all(bootstrap: str, topics: list[str]) -> list[Any]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+
+async def _read_all(bootstrap: str, topics: list[str], limit_s: float = 60.0) -> list[Any]:
+    """Every record of ``topics`` up to their end offsets now.
+
+    The consumer resets to the earliest offset: with aiokafka's default (latest), the reset
+    that ``assign()`` starts could land after ``seek_to_beginning`` and leave every position
+    at the end, so nothing was read (the ``nan (0 hops)`` of the low-load figures). Progress
+    is counted from the offsets received.
+    """
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
     await consumer.start()
     try:
         parts = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
         consumer.assign(parts)
         ends = await consumer.end_offsets(parts)
-        await consumer.seek_to_beginning(*parts)
+        for tp in parts:
+            consumer.seek(tp, 0)  # the topics are the stack's own, never truncated
+        seen = {tp: 0 for tp in parts}
         out: list[Any] = []
-        async def behind() -> bool:
-            return any([await consumer.position(tp) < ends[tp] for tp in parts])
-
-        while await behind():
+        deadline = time.monotonic() + limit_s
+        while any(seen[tp] < ends[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {len(out)} of {sum(ends.values())} records")
             batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
-            for records in batch.values():
-                out.extend(records)
+            for tp, records in batch.items():
+                out.extend(r for r in records if r.offset < ends[tp])
+                seen[tp] = max(seen[tp], records[-1].offset + 1)
         return out
     finally:
         await consumer.stop()
 
 
+def stats(values: list[float]) -> dict[str, float]:
+    return {"p50": percentile(values, 50), "p95": percentile(values, 95),
+            "mean": sum(values) / len(values) if values else float("nan"),
+            "count": float(len(values))}
+
+
+async def _barrier_starts(stack: Stack, saga_ids: list[uuid.UUID]
+                          ) -> dict[tuple[str, str, str], float]:
+    """(saga id, step, phase) -> the participant transaction's start, from every participant."""
+    out: dict[tuple[str, str, str], float] = {}
+    for dsn in stack.participant_dsns.values():
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch(
+                f"SELECT saga_id, step, phase, created_at FROM {BARRIER_TABLE}"  # noqa: S608
+                " WHERE saga_id = ANY($1::uuid[]) AND reason <> 'blocked'", saga_ids)
+        finally:
+            await conn.close()
+        for r in rows:
+            out[(str(r["saga_id"]), r["step"], r["phase"])] = r["created_at"].timestamp()
+    return out
+
+
 async def hop_breakdown(stack: Stack, saga_ids: list[uuid.UUID]) -> dict[str, Any]:
+    """Per-hop segment statistics (ms) over every command of ``saga_ids`` that got a reply."""
     wanted = {str(s) for s in saga_ids}
     replies_topic = reply_topic(stack.prefix)
     records = await _read_all(stack.kafka, stack.topics)
-    commands: dict[str, tuple[str, float]] = {}
+    commands: dict[str, tuple[str, str, str, float]] = {}
     replies: dict[str, tuple[str, float]] = {}
     for r in records:
         body = json.loads(r.value)
         if body["saga_id"] not in wanted:
             continue
         if r.topic == replies_topic:
-            replies[body["message_id"]] = (body["in_reply_to"], r.timestamp / 1000)
+            replies[body["in_reply_to"]] = (body["message_id"], r.timestamp / 1000)
         else:
-            commands[body["message_id"]] = (body["saga_id"], r.timestamp / 1000)
+            commands[body["message_id"]] = (body["saga_id"], body["step"], body["phase"],
+                                            r.timestamp / 1000)
     conn = await asyncpg.connect(stack.coordinator_dsn)
     try:
         rows = await conn.fetch(
@@ -66,6 +119,7 @@ async def hop_breakdown(stack: Stack, saga_ids: list[uuid.UUID]) -> dict[str, An
             saga_ids)
     finally:
         await conn.close()
+    begun = await _barrier_starts(stack, saga_ids)
     applied: dict[str, float] = {}
     history: dict[str, list[float]] = {}
     for row in rows:
@@ -73,26 +127,23 @@ async def hop_breakdown(stack: Stack, saga_ids: list[uuid.UUID]) -> dict[str, An
         history.setdefault(str(row["saga_id"]), []).append(at)
         if row["reply_id"]:
             applied[row["reply_id"]] = at
-    relay, participant, coordinator = [], [], []
-    for saga_id, sent in commands.values():
+    seg: dict[str, list[float]] = {name: [] for name in (*SEGMENTS, "hop")}
+    for command_id, (saga_id, step, phase, sent) in commands.items():
         times = sorted(history.get(saga_id, []))
-        i = bisect.bisect_right(times, sent)
-        if i:
-            relay.append((sent - times[i - 1]) * 1000)
-    for reply_id, (command_id, sent) in replies.items():
-        if command_id in commands:
-            participant.append((sent - commands[command_id][1]) * 1000)
-        if reply_id in applied:
-            coordinator.append((applied[reply_id] - sent) * 1000)
-
-    def stats(values: list[float]) -> dict[str, float]:
-        return {"p50": percentile(values, 50), "p95": percentile(values, 95),
-                "mean": sum(values) / len(values) if values else float("nan"),
-                "count": float(len(values))}
-
+        i = bisect.bisect_right(times, sent + 0.001)
+        reply = replies.get(command_id)
+        if not i or reply is None or reply[0] not in applied:
+            continue
+        c0, (_, answered), c1 = times[i - 1], reply, applied[reply[0]]
+        b = begun.get((saga_id, step, phase))
+        seg["relay"].append((sent - c0) * 1000)
+        seg["to_coordinator"].append((c1 - answered) * 1000)
+        seg["hop"].append((c1 - c0) * 1000)
+        if b is not None:
+            seg["to_participant"].append((b - sent) * 1000)
+            seg["participant_txn"].append((answered - b) * 1000)
     return {
-        "hops_per_saga": len(replies) / max(len(wanted), 1),
-        "relay_ms": stats(relay),
-        "participant_ms": stats(participant),
-        "coordinator_ms": stats(coordinator),
+        "commands_per_saga": len(commands) / max(len(wanted), 1),
+        "hops_measured": len(seg["hop"]),
+        **{f"{name}_ms": stats(values) for name, values in seg.items()},
     }

@@ -40,6 +40,8 @@ from bench.load import Driver, Outcome
 from bench.runner import WARMUP_SAGAS, _costs, _guarded, _snapshot
 from bench.sagas import Tcc3
 from bench.stack import Stack
+from coordinator.relay_wake import start_relay_waker
+from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
 
@@ -73,6 +75,8 @@ class SucceedingDriver(Driver):
 async def _driver(stack: Stack, saga_type: str, lines: int) -> AsyncIterator[Driver]:
     registry = build_registry(stack.sagas, topic_prefix=stack.prefix)
     store = await SagaStore.open(stack.coordinator_dsn, registry, min_size=2, max_size=10)
+    # Hint the relay after each start, as the API does (an idle relay waits for hints).
+    waker = await start_relay_waker(store, CoordinatorSettings(dsn=stack.coordinator_dsn))
     conn = await asyncpg.connect(stack.coordinator_dsn)
     driver = SucceedingDriver(store, conn, saga_type, 0, tag=uuid.uuid4().hex[:6], lines=lines)
     try:
@@ -80,6 +84,8 @@ async def _driver(stack: Stack, saga_type: str, lines: int) -> AsyncIterator[Dri
     finally:
         await driver.watcher.stop()
         await conn.close()
+        if waker is not None:
+            await waker.stop()
         await store.close()
 
 

@@ -21,9 +21,10 @@ from bench.load import percentile
 from bench.stack import dsn_for
 
 
-async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: float
-                              ) -> dict[str, Any]:
-    """One-row INSERT transactions per second (each statement its own commit)."""
+async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: float,
+                              commit_samples: int = 300) -> dict[str, Any]:
+    """One-row INSERT transactions per second (each statement its own commit), and the
+    latency of one such commit alone (``commit_ms``)."""
     name = f"bench_{uuid.uuid4().hex[:8]}_limit"
     admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -34,9 +35,17 @@ async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: f
             async with pool.acquire() as conn:
                 await conn.execute("CREATE TABLE rows (id bigserial PRIMARY KEY, saga_id uuid,"
                                    " body text, at timestamptz DEFAULT now())")
+            body = "x" * 200
+            # One commit's latency: sequential 1-row INSERT commits on one connection.
+            commits: list[float] = []
+            async with pool.acquire() as conn:
+                for _ in range(commit_samples):
+                    t = time.perf_counter()
+                    await conn.execute("INSERT INTO rows (saga_id, body) VALUES ($1, $2)",
+                                       uuid.uuid4(), body)
+                    commits.append((time.perf_counter() - t) * 1000)
             count = 0
             stop_at = time.monotonic() + duration_s
-            body = "x" * 200
 
             async def writer() -> None:
                 nonlocal count
@@ -72,7 +81,9 @@ async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: f
         await admin.close()
     return {"transactions": count, "seconds": elapsed, "rate": count / elapsed,
             "concurrency": concurrency,
-            "pool_acquire_per_txn_rate": pooled / pooled_elapsed}
+            "pool_acquire_per_txn_rate": pooled / pooled_elapsed,
+            "commit_ms": {"p50": percentile(commits, 50), "p95": percentile(commits, 95),
+                          "count": len(commits)}}
 
 
 async def kafka_round_trip(bootstrap: str, *, duration_s: float, pings: int) -> dict[str, Any]:

@@ -119,12 +119,12 @@ class Driver:
     """Starts sagas of one type and follows them to a terminal status."""
 
     def __init__(self, store: SagaStore, watch_conn: asyncpg.Connection, saga_type: str,
-                 steps: int, tag: str) -> None:
+                 steps: int, tag: str, poll_interval: float = 0.02) -> None:
         self.store = store
         self.saga_type = saga_type
         self.steps = steps
         self.tag = tag
-        self.watcher = Watcher(watch_conn)
+        self.watcher = Watcher(watch_conn, interval=poll_interval)
         self._ids = itertools.count()
         self.started_ids: list[uuid.UUID] = []
 

@@ -1,18 +1,37 @@
-"""The example shipping service plus a TCC action, ``book``, for the all-TCC bench sagas.
+"""The example services plus the actions the bench sagas need.
 
-``python -m bench.participants`` runs it like ``python -m examples.services.shipping``. Payments
-and inventory are the example services unchanged.
+``python -m bench.participants NAME`` runs one of them like ``python -m examples.services.NAME``:
+
+* ``shipping``: the example service plus a TCC action, ``book``, for the all-TCC sagas;
+* ``payments`` and ``inventory``: the example services plus a saga-step action each
+  (``debit``, ``take``: the try's writes as the action, the cancel's as its compensation)
+  for ``bench.sagas:Steps3``. Their TCC actions are the examples' own, unchanged.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from examples.services.inventory import Inventory, Reservation
+from examples.services.inventory import install_tables as _inventory_tables
+from examples.services.payments import Payment, Payments
+from examples.services.payments import install_tables as _payments_tables
 from examples.services.shipping import Shipping
 from examples.services.shipping import install_tables as _shipping_tables
-from participant_sdk import HandlerContext, on_cancel, on_confirm, on_try, run_participant
+from participant_sdk import (
+    HandlerContext,
+    Participant,
+    on_action,
+    on_cancel,
+    on_compensate,
+    on_confirm,
+    on_try,
+    run_participant,
+)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS shipping_bookings (
@@ -41,7 +60,7 @@ class BenchShipping(Shipping):
         await self._close(ctx, "confirmed")
 
     @on_cancel("book")
-    async def release(self, ctx: HandlerContext, b: Booking) -> None:
+    async def release_booking(self, ctx: HandlerContext, b: Booking) -> None:
         await self._close(ctx, "released")
 
     async def _close(self, ctx: HandlerContext, status: str) -> None:
@@ -50,10 +69,51 @@ class BenchShipping(Shipping):
             " AND status = 'held'", ctx.saga_id, ctx.step, status)
 
 
+class BenchPayments(Payments):
+    """Payments with ``debit``: the hold as a saga step, released by its compensation."""
+
+    @on_action("debit")
+    async def debit(self, ctx: HandlerContext, p: Payment) -> dict[str, Any]:
+        return await self.hold(ctx, p)
+
+    @on_compensate("debit")
+    async def refund(self, ctx: HandlerContext, p: Payment) -> None:
+        await self.release(ctx, p)
+
+
+class BenchInventory(Inventory):
+    """Inventory with ``take``: the reservation as a saga step, put back by its compensation."""
+
+    @on_action("take")
+    async def take(self, ctx: HandlerContext, r: Reservation) -> dict[str, Any]:
+        return await self.reserve(ctx, r)
+
+    @on_compensate("take")
+    async def put_back(self, ctx: HandlerContext, r: Reservation) -> None:
+        await self.release(ctx, r)
+
+
 async def install_tables(conn: Any) -> None:
     await _shipping_tables(conn)
     await conn.execute(DDL)
 
 
+#: name -> (participant, table setup).
+SERVICES: dict[str, tuple[Callable[[], Participant], Callable[[Any], Awaitable[None]]]] = {
+    "payments": (BenchPayments, _payments_tables),
+    "inventory": (BenchInventory, _inventory_tables),
+    "shipping": (BenchShipping, install_tables),
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in SERVICES:
+        print(f"usage: python -m bench.participants {{{','.join(SERVICES)}}}", file=sys.stderr)
+        return 2
+    participant, setup = SERVICES[argv[0]]
+    run_participant(participant(), setup=setup)
+    return 0
+
+
 if __name__ == "__main__":
-    run_participant(BenchShipping(), setup=install_tables)
+    sys.exit(main(sys.argv[1:]))

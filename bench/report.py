@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.breakdown import SEGMENTS
+from bench.latency import floor_ms
+
 
 def _f(value: Any, digits: int = 1) -> str:
     if isinstance(value, float):
@@ -45,10 +48,107 @@ def _open_rows(op: dict[str, Any]) -> list[tuple[str, str]]:
     hops = op.get("hop_breakdown")
     if hops:
         rows.append((f"3-step e2e: per hop p50 / p95 ms at {op['target_rate']:.0f}/s "
-                     f"({hops['hops_per_saga']:.1f} hops per saga)", "; ".join(
-                         f"{k.removesuffix('_ms')} {hops[k]['p50']:.1f} / {hops[k]['p95']:.1f}"
-                         for k in ("relay_ms", "participant_ms", "coordinator_ms"))))
+                     f"({hops['hops_measured']} commands)", _segments(hops)))
     return rows
+
+
+def _segments(hops: dict[str, Any]) -> str:
+    """``relay 1.0 / 2.0; ...``: p50 / p95 of each segment of a hop, then the whole hop."""
+    return "; ".join(
+        f"{k} {hops[k + '_ms']['p50']:.1f} / {hops[k + '_ms']['p95']:.1f}"
+        for k in (*SEGMENTS, "hop"))
+
+
+_SAGA_LABEL = {"bench_tcc3": "3-step TCC", "bench_steps3": "3 saga steps"}
+
+
+def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
+                  ) -> list[tuple[str, list[str]]]:
+    """One row per figure, one column per variant (stack) of the latency phase."""
+    names = list(latency)
+    rows: list[tuple[str, list[str]]] = []
+
+    def add(label: str, fn: Any) -> None:
+        cells = []
+        for name in names:
+            try:
+                cells.append(fn(latency[name]))
+            except (KeyError, TypeError, ZeroDivisionError):
+                cells.append("-")
+        rows.append((label, cells))
+
+    def lat(run: dict[str, Any], floor: float) -> str:
+        ms = run["latency_ms"]
+        return (f"{ms['p50']:.1f} / {ms['p99']:.1f} ({ms['p50'] / floor:.1f}x)"
+                if floor == floor else f"{ms['p50']:.1f} / {ms['p99']:.1f}")
+
+    first = latency[names[0]]
+    for saga in first["sagas"]:
+        label = _SAGA_LABEL.get(saga, saga)
+        hops = first["sagas"][saga]["hops"]
+        floor = floor_ms(limits, hops)
+        rows.append((f"{label}: floor ms ({hops} hops x (Kafka RT + 2 commits))",
+                     [f"{floor:.2f}"] * len(names)))
+        add(f"{label}, 1 in flight: latency p50 / p99 ms (p50 / floor)",
+            lambda r, s=saga, f=floor: lat(r["sagas"][s]["one"], f))
+        add(f"{label}, 1 in flight: sagas/s", lambda r, s=saga: _f(r["sagas"][s]["one"]["rate"]))
+        add(f"{label}, 1 in flight: commits per saga (coordinator)",
+            lambda r, s=saga: "{:.1f} ({:.1f})".format(
+                r["sagas"][s]["one"]["costs"]["pg_xacts_per_saga_total"],
+                r["sagas"][s]["one"]["costs"]["pg_xacts_per_saga"]["coordinator"]))
+        for seg in (*SEGMENTS, "hop"):
+            add(f"{label}, 1 in flight: {seg.replace('_', ' ')} p50 / p95 ms per hop",
+                lambda r, s=saga, g=seg: "{:.2f} / {:.2f}".format(
+                    r["sagas"][s]["one"]["hop_breakdown"][g + "_ms"]["p50"],
+                    r["sagas"][s]["one"]["hop_breakdown"][g + "_ms"]["p95"]))
+        add(f"{label}, 16 in flight: sagas/s",
+            lambda r, s=saga: _f(r["sagas"][s]["sixteen"]["rate"]))
+        add(f"{label}, 16 in flight: latency p50 / p99 ms",
+            lambda r, s=saga: lat(r["sagas"][s]["sixteen"], float("nan")))
+        add(f"{label}, 16 in flight: stack CPU ms per saga (driver apart)",
+            lambda r, s=saga: "{:.2f} (+{:.2f})".format(
+                r["sagas"][s]["sixteen"]["stack_cpu_ms_per_saga"],
+                r["sagas"][s]["sixteen"]["costs"]["cpu_ms_per_saga"]["bench driver (API + polls)"]))
+        add(f"{label}, 16 in flight: commits per saga",
+            lambda r, s=saga: f"{r['sagas'][s]['sixteen']['costs']['pg_xacts_per_saga_total']:.1f}")
+        for key in first["sagas"][saga]:
+            if key.startswith("open_"):
+                add(f"{label}, open loop {key[5:]}/s: latency p50 / p99 ms (p50 / floor)",
+                    lambda r, s=saga, k=key, f=floor: lat(r["sagas"][s][k], f))
+                add(f"{label}, open loop {key[5:]}/s: hop p50 / p95 ms",
+                    lambda r, s=saga, k=key: "{:.2f} / {:.2f}".format(
+                        r["sagas"][s][k]["hop_breakdown"]["hop_ms"]["p50"],
+                        r["sagas"][s][k]["hop_breakdown"]["hop_ms"]["p95"]))
+        add(f"{label}: load average during 1 / 16 in flight",
+            lambda r, s=saga: "{:.1f} / {:.1f}".format(
+                r["sagas"][s]["one"]["load_average"][0],
+                r["sagas"][s]["sixteen"]["load_average"][0]))
+    add("idle stack: database transactions/s (all databases)",
+        lambda r: f"{r['idle']['db_transactions_per_s_total']:.2f}")
+    add("idle stack: transactions/s per database", lambda r: ", ".join(
+        f"{k} {v:.2f}" for k, v in r["idle"]["db_transactions_per_s"].items()))
+    add("idle stack: wake-ups/s per process", lambda r: ", ".join(
+        f"{k} {v:.0f}" for k, v in r["idle"]["wakeups_per_s"].items()))
+    add("idle stack: CPU ms/s (processes + Postgres backends)", lambda r: "{:.1f} + {:.1f}".format(
+        sum(r["idle"]["cpu_ms_per_s"].values()), r["idle"]["postgres_backends_cpu_ms_per_s"]))
+    add("JSON per snapshot, loads + dumps µs: json / orjson / msgspec", lambda r: " / ".join(
+        "{:.1f}".format(r["codec"][c]["snapshot_loads_us"] + r["codec"][c]["snapshot_dumps_us"])
+        if c in r["codec"] else "-" for c in ("json", "orjson", "msgspec")))
+    add("reply envelope validate + dump µs (pydantic)", lambda r: "{:.1f}".format(
+        r["codec"]["pydantic"]["reply_validate_json_us"]
+        + r["codec"]["pydantic"]["reply_dump_json_us"]))
+    return rows
+
+
+def _render_columns(names: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    header = ("figure", names)
+    width = max(len(k) for k, _ in [header, *rows])
+    cols = [max(len(n), *(len(c[i]) for _, c in rows)) for i, n in enumerate(names)]
+    lines = []
+    for label, cells in [header, *rows]:
+        lines.append(f"{label:<{width}}  " + "  ".join(
+            f"{c:<{w}}" for c, w in zip(cells, cols, strict=True)))
+    return "\n".join(lines)
 
 
 def render_table(results: dict[str, Any]) -> str:
@@ -65,6 +165,9 @@ def render_table(results: dict[str, Any]) -> str:
              f"{kafka['stream_seconds']:.0f} s)", _f(kafka["stream_rate"])),
             ("limit: Kafka one-message produce->consume round trip p50 / p95 / p99 ms",
              " / ".join(_f(kafka["round_trip_ms"][q], 2) for q in ("p50", "p95", "p99"))),
+            ("limit: one 1-row INSERT commit alone p50 / p95 ms",
+             " / ".join(_f(pg.get("commit_ms", {}).get(q, float("nan")), 2)
+                        for q in ("p50", "p95"))),
         ]
     e2e = results.get("e2e")
     if e2e:
@@ -103,4 +206,12 @@ def render_table(results: dict[str, Any]) -> str:
     if targets:
         rows.append(("targets", ", ".join(f"{k}={v}" for k, v in targets.items())))
     width = max(len(k) for k, _ in rows) if rows else 0
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    latency = results.get("latency")
+    if latency:
+        targets = "\n".join(
+            f"targets ({name}): " + ", ".join(f"{k}={v}" for k, v in run["targets"].items())
+            for name, run in latency.items() if run.get("targets"))
+        text = (_render_columns(list(latency), _latency_rows(latency, limits)) + "\n"
+                + targets + "\n\n" + text)
+    return text

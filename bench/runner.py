@@ -14,16 +14,19 @@ from typing import Any
 import asyncpg
 
 from bench.breakdown import hop_breakdown
+from bench.latency import LatencyConfig, latency_phase, latency_targets
 from bench.limits import kafka_round_trip, postgres_write_rate
 from bench.load import Driver, LoadResult
 from bench.profiles import summarise_profiles
 from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
 from bench.stack import RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
+from coordinator.relay_wake import start_relay_waker
+from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
 from participant_sdk.protocol import command_topic, reply_topic
 
-ALL_SAGAS = [f"bench.sagas:{name}" for name in ("Tcc1", "Tcc3", "Tcc6", "Waiting")]
+ALL_SAGAS = [f"bench.sagas:{name}" for name in ("Tcc1", "Tcc3", "Tcc6", "Steps3", "Waiting")]
 WARMUP_SAGAS = 20
 
 
@@ -44,11 +47,16 @@ class BenchConfig:
     extra_rate: float = 0.0
     phases: list[str] = field(default_factory=list)
     profile: bool = False
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    #: Stacks the latency phase runs, one after the other: name -> Stack keyword arguments
+    #: (``repo``, ``env``, ``uvloop``). Default: this checkout as it is.
+    variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"this": {}})
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("postgres")
         data.pop("kafka")
+        data["variants"] = {k: {a: str(b) for a, b in v.items()} for k, v in self.variants.items()}
         return data
 
 
@@ -107,16 +115,22 @@ def _load_json(result: LoadResult) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _driver(stack: Stack, saga_name: str, steps: int) -> AsyncIterator[Driver]:
+async def _driver(stack: Stack, saga_name: str, steps: int, poll_interval: float = 0.02
+                  ) -> AsyncIterator[Driver]:
+    """Starts sagas as the API does: through the store, with the API's relay wake-up hint."""
     registry = build_registry(stack.sagas, topic_prefix=stack.prefix)
     store = await SagaStore.open(stack.coordinator_dsn, registry, min_size=2, max_size=10)
+    waker = await start_relay_waker(store, CoordinatorSettings(dsn=stack.coordinator_dsn))
     conn = await asyncpg.connect(stack.coordinator_dsn)
-    driver = Driver(store, conn, saga_name, steps, tag=uuid.uuid4().hex[:6])
+    driver = Driver(store, conn, saga_name, steps, tag=uuid.uuid4().hex[:6],
+                    poll_interval=poll_interval)
     try:
         yield driver
     finally:
         await driver.watcher.stop()
         await conn.close()
+        if waker is not None:
+            await waker.stop()
         await store.close()
 
 
@@ -242,6 +256,14 @@ async def run_bench(config: BenchConfig) -> dict[str, Any]:
                    if config.profile else None)
     if "limits" in phases:
         out["limits"] = await _limits(config)
+    if "latency" in phases:
+        async with contextlib.AsyncExitStack() as variants:
+            stacks = {name: await variants.enter_async_context(Stack(
+                config.postgres, config.kafka, ALL_SAGAS, label=f"latency-{name}", **options))
+                for name, options in config.variants.items()}
+            out["latency"] = await latency_phase(stacks, config.latency, _driver)
+        for run in out["latency"].values():
+            run["targets"] = latency_targets(run)
     async with contextlib.AsyncExitStack() as stacks:
         shared: Stack | None = None
         if config.smoke:

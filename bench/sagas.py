@@ -5,6 +5,9 @@
 :mod:`bench.participants` adds to the example shipping service). ``Tcc3`` is the order saga with
 three TCC participants that the end-to-end figures use. ``Waiting`` tries payments and then a
 participant that never runs, so its sagas park mid-saga (the coordinator memory figure).
+``Steps3`` is the same order as three saga steps (action, then compensation on rollback; no
+confirm phase): payments ``debit``, inventory ``take``, shipping ``ship``
+(:mod:`bench.participants` adds the first two to the example services).
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from coordinator.definition import RetryPolicy, Saga, StepContext, TccStep
+from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
 
-__all__ = ["ABSENT", "BenchInput", "Tcc1", "Tcc3", "Tcc6", "Waiting", "saga_for_steps"]
+__all__ = ["ABSENT", "BenchInput", "Steps3", "Tcc1", "Tcc3", "Tcc6", "Waiting", "saga_for_steps"]
 
 #: A participant no process serves: commands to it wait forever.
 ABSENT = "warehouse"
@@ -82,6 +85,22 @@ class Tcc6(Saga):
     name = "bench_tcc6"
     input_model = BenchInput
     steps = _steps(6)
+
+
+class Steps3(Saga):
+    """The order saga as three saga steps: debit, take stock, ship; each compensable."""
+
+    name = "bench_steps3"
+    input_model = BenchInput
+    steps = tuple(
+        SagaStep(f"{label}_{i + 1}", participant, action, payload=mapper, retry=_RETRY,
+                 compensable=True, deadline=_DEADLINE, rollback_deadline=_DEADLINE)
+        for i, (label, participant, action, mapper) in enumerate((
+            ("debit", "payments", "debit", _funds),
+            ("take", "inventory", "take", _stock),
+            ("ship", "shipping", "ship", _booking),
+        ))
+    )
 
 
 class Waiting(Saga):

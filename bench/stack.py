@@ -32,12 +32,9 @@ RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 4
 _TICK = os.sysconf("SC_CLK_TCK")
 
-#: How each participant process is started (module run with ``python -m``).
-PARTICIPANT_MODULES = {
-    "payments": "examples.services.payments",
-    "inventory": "examples.services.inventory",
-    "shipping": "bench.participants",
-}
+#: The participant processes: ``python -m bench.participants NAME`` (the example services
+#: plus the bench sagas' extra actions).
+PARTICIPANT_MODULES = ("payments", "inventory", "shipping")
 
 
 def dsn_for(base: str, database: str) -> str:
@@ -60,6 +57,16 @@ def run_delay_seconds(pid: int) -> float:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches so far (/proc/<pid>/status): wake-ups."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) for line in text.splitlines()
+               if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
 
 
 def proc_status_kb(pid: int, key: str) -> int:
@@ -93,6 +100,13 @@ class Stack:
     relays: int = 1
     participants: tuple[str, ...] = ("payments", "inventory", "shipping")
     profile_dir: Path | None = None
+    #: Checkout whose code the stack's processes run (default: this one). The bench's own
+    #: driver always runs this checkout's code; ``--compare`` uses it for before/after runs.
+    repo: Path = REPO
+    #: Extra environment for every process of the stack (settings A/B).
+    env: dict[str, str] = field(default_factory=dict)
+    #: Run every process under uvloop (``bench.uvloop_run``).
+    uvloop: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     procs: list[Proc] = field(default_factory=list)
     prefix: str = ""
@@ -168,7 +182,7 @@ class Stack:
                          "SAGAFLOW_RELAY_RELAY_ID": f"bench-relay{i + 1}",
                          "SAGAFLOW_LOG_LEVEL": "WARNING"}))
         for p in self.participants:
-            out.append((p, ["-m", PARTICIPANT_MODULES[p]],
+            out.append((p, ["-m", "bench.participants", p],
                         {**common, "SAGAFLOW_PARTICIPANT_DSN": self.participant_dsns[p]}))
         return out
 
@@ -176,14 +190,17 @@ class Stack:
         logs = RESULTS / "logs" / f"{self.label}-{self.run_id}"
         logs.mkdir(parents=True, exist_ok=True)
         for name, argv, env in self._commands():
+            if self.uvloop:
+                argv = ["-m", "bench.uvloop_run", *argv[1:]]
             if self.profile_dir is not None:
                 self.profile_dir.mkdir(parents=True, exist_ok=True)
                 argv = ["-m", "cProfile", "-o", str(self.profile_dir / f"{name}.prof"), *argv]
             path = logs / f"{name}.log"
             with open(path, "wb") as log:
                 popen = subprocess.Popen(
-                    [sys.executable, *argv], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                    env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                    [sys.executable, *argv], cwd=self.repo, stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONPATH": str(self.repo), **env, **self.env},
                     start_new_session=True,
                 )
             self.procs.append(Proc(name, popen, path))
@@ -245,6 +262,22 @@ class Stack:
 
     def run_delay(self) -> dict[str, float]:
         return {p.name: run_delay_seconds(p.pid) for p in self.procs}
+
+    def wakeups(self) -> dict[str, int]:
+        return {p.name: context_switches(p.pid) for p in self.procs}
+
+    async def transactions(self) -> dict[str, int]:
+        """pg_stat_database commits + rollbacks per role (read-only ones count too)."""
+        names = self.databases
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT datname, xact_commit + xact_rollback AS n FROM pg_stat_database"
+                " WHERE datname = ANY($1)", list(names.values()))
+        finally:
+            await conn.close()
+        by_name = {r["datname"]: int(r["n"]) for r in rows}
+        return {role: by_name.get(db, 0) for role, db in names.items()}
 
     async def xacts(self) -> dict[str, int]:
         """pg_stat_database commits per role of this stack's databases."""

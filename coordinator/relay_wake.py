@@ -1,7 +1,7 @@
 """Wake the outbox relays after commits that wrote commands (see ``outbox_relay.waker``).
 
 Without it a relay that has gone idle finds a new command at its next poll, up to
-``SAGAFLOW_RELAY_POLL_INTERVAL`` (100 ms) later, on every hop of a saga.
+``SAGAFLOW_RELAY_POLL_INTERVAL`` (5 s) later, on every hop of a saga.
 """
 
 from __future__ import annotations

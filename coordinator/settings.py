@@ -32,8 +32,9 @@ class CoordinatorSettings(BaseSettings):
     migrate_on_start: bool = False
     #: Most replies fetched from Kafka and applied in one database transaction.
     reply_batch_size: int = Field(default=200, ge=1, le=10_000)
-    #: How long a fetch waits for replies before handling what it has.
-    reply_fetch_timeout: timedelta = timedelta(milliseconds=200)
+    #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are
+    #: there, so this only sets how often an idle worker wakes up).
+    reply_fetch_timeout: timedelta = timedelta(seconds=1)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.
@@ -42,10 +43,11 @@ class CoordinatorSettings(BaseSettings):
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
     #: After a commit that wrote commands, send the relays a wake-up hint: a NOTIFY after the
-    #: commit, in a transaction of its own, at most once per ``relay_wake_interval``. Off, an
-    #: idle relay finds commands at its next poll (up to its poll interval, 100 ms, later).
+    #: commit, in a transaction of its own; commits during a hint share the next one, and
+    #: ``relay_wake_interval`` (0: none) spaces hints further. Off, an idle relay finds
+    #: commands at its next poll (up to its poll interval, 5 s, later).
     wake_relays: bool = True
-    relay_wake_interval: timedelta = timedelta(milliseconds=5)
+    relay_wake_interval: timedelta = timedelta(0)
     #: How long stop() lets in-flight batches finish before cancelling them.
     shutdown_grace: timedelta = timedelta(seconds=10)
     #: Checkpoint long histories every ``compact_interval`` (0, the default: off). A round

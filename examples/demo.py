@@ -31,6 +31,8 @@ from opentelemetry import trace
 
 from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
+from coordinator.relay_wake import start_relay_waker
+from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.store.queries import list_children
 from coordinator.worker import build_registry
@@ -196,13 +198,19 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
     registry = build_registry(SAGAS, topic_prefix=prefix)
     with processes(commands, HOME / "demo"):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
+            # Hint the relay after each start, as the API does (an idle relay waits for it).
+            waker = await start_relay_waker(store, CoordinatorSettings(dsn=coordinator_dsn))
             started = []
-            for saga_type, verb, inputs in RUNS:
-                for label, saga_input in inputs.items():  # one trace per saga, rooted here
-                    with tracer.start_as_current_span(f"{verb} ({label})"):
-                        record = (await store.start_saga(saga_type, saga_input,
-                                                         actor="demo")).record
-                    started.append((saga_type, label, record.saga_id))
+            try:
+                for saga_type, verb, inputs in RUNS:
+                    for label, saga_input in inputs.items():  # one trace per saga, rooted here
+                        with tracer.start_as_current_span(f"{verb} ({label})"):
+                            record = (await store.start_saga(saga_type, saga_input,
+                                                             actor="demo")).record
+                        started.append((saga_type, label, record.saga_id))
+            finally:
+                if waker is not None:
+                    await waker.stop()
             for saga_type, label, saga_id in started:
                 await _report(store, saga_type, label, saga_id)
         await _ledgers(dsns)

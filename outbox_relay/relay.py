@@ -92,6 +92,11 @@ FROM sagaflow_outbox WHERE shard = ANY($1::smallint[])
 """
 
 
+#: A failed rebalance during an idle wait just ends the wait: the next round's own rebalance
+#: runs under the retry policy (and reconnects when the connection is gone).
+_IDLE_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
 class _TransientPublishError(Exception):
     """Some rows of a batch were not acknowledged for a reason that may pass."""
 
@@ -370,12 +375,31 @@ class Relay:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
 
+    async def _wait_for_work(self, seconds: float, next_rebalance: float) -> float:
+        """The idle wait of a LISTENing relay: sleep until a hint, stop or ``seconds``, with no
+        query meanwhile except the shard rebalance when it is due (so a standby still takes
+        over a dead owner's shards within ``rebalance_interval``). Returns the next rebalance
+        time; a rebalance that acquired shards ends the wait (it sets the wake flag)."""
+        deadline = time.monotonic() + seconds
+        interval = self.settings.rebalance_interval.total_seconds()
+        while not self._wake.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= next_rebalance:
+                await self._rebalance()
+                next_rebalance = now + interval
+                continue
+            await self._idle(min(deadline, next_rebalance) - now)
+        return next_rebalance
+
     async def _run(self) -> None:
         next_rebalance = 0.0
         next_lag = 0.0
         idle = self.settings.min_poll_interval.total_seconds()
         max_idle = self.settings.poll_interval.total_seconds()
         moved = False  # rows sent or claimed in the current round of lane turns
+        burst = False  # the round after an idle wait claims every lane at once
         while not self._stopping.is_set():
             sent = claimed = 0
             async for attempt in self._retrying():
@@ -397,7 +421,11 @@ class Relay:
                             next_lag = now + self.settings.lag_interval.total_seconds()
                         if self._turn == 0:
                             self._wake.clear()  # this round's claims see what was hinted so far
-                        sent, claimed = await self._cycle()
+                        if burst and self._turn == 0 and not self._busy():
+                            sent, claimed = await self._burst()
+                        else:
+                            sent, claimed = await self._cycle()
+                        burst = False
                     except BaseException as exc:
                         if isinstance(exc, _ProducerFault):
                             self._producer_broken = True
@@ -408,7 +436,18 @@ class Relay:
             if claimed or self._turn:
                 # Claimed rows go out in the next turn; a round polls every lane before sleeping.
                 continue
-            if moved or self._busy():
+            if self._busy():
+                # Batches in flight: settle them soon (a hint still wakes the relay earlier).
+                idle = self.settings.min_poll_interval.total_seconds()
+            elif self.settings.listen and self._conn is not None:
+                # Nothing claimed or in flight: wait for a hint, polling only every
+                # poll_interval for rows of writers that send none.
+                moved = False
+                with contextlib.suppress(*_IDLE_ERRORS):
+                    next_rebalance = await self._wait_for_work(max_idle, next_rebalance)
+                burst = True
+                continue
+            elif moved:
                 idle = self.settings.min_poll_interval.total_seconds()
             else:
                 idle = min(max_idle, max(idle * 2, self.settings.min_poll_interval.total_seconds()))
@@ -562,6 +601,40 @@ class Relay:
                 background.exception()  # retrieved: the error that matters is being raised
             raise
         return len(rows), len(lane.claimed)
+
+    async def _burst(self) -> tuple[int, int]:
+        """The first turn after an idle wait, when nothing is claimed or in flight: claim the
+        rows of every lane in one query and send them at once (a lane-by-lane round takes up
+        to three claims before it reaches the row's lane).
+
+        A burst that is not a full batch is settled and deleted right away (one claim and one
+        delete per pick-up at low load) and returns no claimed rows, so the loop goes back to
+        its idle wait, or bursts again at once if a hint came meanwhile. A full batch means a
+        backlog: each lane's part becomes its batch in flight and the lanes take turns as
+        usual. Either way a key's rows are claimed again only after they were deleted, as in
+        :meth:`_cycle`, so per-key order holds.
+        """
+        shards = self._shards
+        assert shards is not None and self._conn is not None
+        owned = sorted(shards.owned)
+        if not owned:
+            return 0, 0
+        batch = self.settings.batch_size
+        per_shard = min(batch, max(64, 2 * -(-batch // len(owned))))
+        rows = list(await self._conn.fetch(_CLAIM, owned, per_shard, batch))
+        if not rows:
+            return 0, 0
+        if len(rows) < batch:
+            self.metrics.batch_size.observe(len(rows))
+            await self._commit(await self._settle(await self._send(rows, shards.owned)))
+            return len(rows), 0
+        parts: dict[int, list[asyncpg.Record]] = {}
+        for row in rows:
+            parts.setdefault(row["shard"] % _LANES, []).append(row)
+        for index, part in parts.items():
+            self.metrics.batch_size.observe(len(part))
+            self._lanes[index].inflight = await self._send(part, shards.owned)
+        return len(rows), len(rows)
 
     async def _settle_and_claim(
         self, inflight: _Inflight | None, shards: list[int]

@@ -24,9 +24,13 @@ class RelaySettings(BaseSettings):
     shard_count: int = Field(default=DEFAULT_SHARD_COUNT, ge=1, le=32767)
     #: Rows claimed and published per batch.
     batch_size: int = Field(default=1000, ge=1, le=50_000)
-    #: Longest sleep between polls when the outbox is idle (the poll backs off up to this).
-    poll_interval: dt.timedelta = dt.timedelta(milliseconds=100)
-    #: Sleep after a batch that was not full (a full batch polls again at once).
+    #: Longest sleep between polls when the outbox is idle. A LISTENing relay (``listen``)
+    #: sleeps this long at once, woken early by the writers' hints (``RelayWaker``), so this
+    #: only bounds how late it finds rows of a writer that sends no hint; without ``listen``
+    #: the poll backs off from ``min_poll_interval`` up to this. Idle, a LISTENing relay runs
+    #: one claim per ``poll_interval`` and its shard check per ``rebalance_interval``.
+    poll_interval: dt.timedelta = dt.timedelta(seconds=5)
+    #: Sleep while batches are in flight (their acks are settled at the next turn).
     min_poll_interval: dt.timedelta = dt.timedelta(milliseconds=5)
     #: How often shard ownership is checked against the live relays.
     rebalance_interval: dt.timedelta = dt.timedelta(seconds=1)
@@ -39,9 +43,12 @@ class RelaySettings(BaseSettings):
     #: Largest serialised record the producer accepts; keep it below the broker's
     #: ``message.max.bytes`` so oversized rows fail fast, before anything is sent.
     max_request_size: int = Field(default=1_000_000, ge=1024)
-    #: aiokafka per-partition batch size in bytes, and linger.
+    #: aiokafka per-partition batch size in bytes, and linger. Since aiokafka 0.14 every
+    #: batch waits its full linger from creation, so a linger adds itself to every hop of a
+    #: saga; with 0 the producer still batches what accumulates while a request is in flight
+    #: (one produce request in flight per broker).
     producer_batch_bytes: int = Field(default=512 * 1024, ge=1024)
-    linger_ms: int = Field(default=5, ge=0)
+    linger_ms: int = Field(default=0, ge=0)
     #: Serve Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"

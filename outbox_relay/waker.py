@@ -4,9 +4,10 @@ A NOTIFY inside a writer's transaction makes that commit take Postgres's cluster
 lock, so under load all such writers commit one at a time (``python -m bench.outbox_notify``
 measures it). A :class:`RelayWaker` lives next to the writers: after a commit that wrote outbox
 rows they call :meth:`RelayWaker.wake` (sets a flag, no I/O), and a background task sends one
-NOTIFY in a transaction of its own, at most once per ``min_interval``. Relays then pick rows up
-within about a round trip instead of at their next idle poll (up to
-``SAGAFLOW_RELAY_POLL_INTERVAL``).
+NOTIFY in a transaction of its own. Wakes that arrive while a hint is being sent share the next
+one, so there is at most one hint in flight and never a wait on an idle waker; ``min_interval``
+(default 0) additionally spaces hints out. Relays then pick rows up within about a round trip
+instead of at their next idle poll (up to ``SAGAFLOW_RELAY_POLL_INTERVAL``, 5 s).
 
 Hints are best effort: a lost one only means the relay finds the rows at its next poll.
 """
@@ -35,13 +36,14 @@ _HINT: Final = "SET LOCAL synchronous_commit = off; SELECT pg_notify('sagaflow_o
 
 
 class RelayWaker:
-    """Coalesces "rows were committed" into at most one NOTIFY per ``min_interval``.
+    """Coalesces "rows were committed" into one NOTIFY in flight at a time (and at most one
+    per ``min_interval`` when that is set).
 
     Sends through ``pool`` (the writers' own pool: a hint holds a connection for one round trip).
     """
 
     def __init__(
-        self, pool: asyncpg.Pool, *, min_interval: timedelta = timedelta(milliseconds=5)
+        self, pool: asyncpg.Pool, *, min_interval: timedelta = timedelta(0)
     ) -> None:
         if min_interval < timedelta(0):
             raise ValueError("min_interval must not be negative")
@@ -89,4 +91,5 @@ class RelayWaker:
                 await asyncio.sleep(_RETRY_AFTER)
                 continue
             # Commits arriving meanwhile set the flag again and share the next hint.
-            await asyncio.sleep(self._min_interval)
+            if self._min_interval:
+                await asyncio.sleep(self._min_interval)

@@ -46,6 +46,9 @@ from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
 log = logging.getLogger(__name__)
 
+#: Longest a fetch waits when no command comes (a command ends it at once).
+_IDLE_FETCH_MS = 1000
+
 
 class PgCommandTransaction:
     """A :class:`~participant_sdk.executor.CommandTransaction` on an asyncpg connection."""
@@ -108,6 +111,8 @@ class ParticipantRunner:
         self._fetcher: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
         self._progress = asyncio.Event()
+        #: Set when a command finished since the last offset commit (the commit loop waits on it).
+        self._uncommitted = asyncio.Event()
         self._started = False
         self._stopped = False
         self._pool: Any = None
@@ -229,7 +234,8 @@ class ParticipantRunner:
 
     async def _fetch_loop(self) -> None:
         while not self._stop_requested.is_set():
-            batches = await self._consumer.getmany(timeout_ms=200)
+            # Returns as soon as a command arrives; the timeout only sets the idle wake-ups.
+            batches = await self._consumer.getmany(timeout_ms=_IDLE_FETCH_MS)
             for tp, messages in batches.items():
                 for msg in messages:
                     await self._slots.acquire()
@@ -243,18 +249,24 @@ class ParticipantRunner:
             try:
                 await self._process(tp, msg)
                 self._tracker.finished(tp, msg.offset)
+                self._uncommitted.set()
             finally:
                 self._slots.release()
                 self._progress.set()
 
     async def _commit_loop(self) -> None:
+        """Commit finished offsets at most every ``commit_interval``; idle, sleep until a
+        command finishes (no timer wake-ups)."""
         interval = self.settings.commit_interval.total_seconds()
         while True:
-            await asyncio.sleep(interval)
+            await self._uncommitted.wait()
+            await asyncio.sleep(interval)  # what finishes meanwhile shares this commit
+            self._uncommitted.clear()
             try:
                 await self._commit()
             except KafkaError as exc:
                 log.warning("participant %s: offset commit failed (%s); will retry", self.name, exc)
+                self._uncommitted.set()
 
     async def _commit(self, partitions: list[Any] | None = None) -> None:
         offsets = self._tracker.committable()

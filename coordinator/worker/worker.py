@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from coordinator.migrations import migrate
@@ -27,6 +27,7 @@ from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_r
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker.compaction import CompactionLoop
+from coordinator.worker.offset_commits import OffsetCommitter
 from outbox_relay import RelayWaker
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
@@ -62,6 +63,7 @@ class Worker:
         self._store = store
         self._owns_store = store is None
         self._consumer: AIOKafkaConsumer | None = None
+        self._offsets: OffsetCommitter | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -126,6 +128,8 @@ class Worker:
         )
         await open_with_retry(consumer.start, what="Kafka")
         self._consumer = consumer
+        self._offsets = OffsetCommitter(consumer, name=self.name)
+        await self._offsets.start()
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
             asyncio.create_task(self._timer_loop(), name=f"{self.name}-timers"),
@@ -147,6 +151,8 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._offsets is not None:
+            await self._offsets.stop()
         if self._consumer is not None:
             await self._consumer.stop()
         if self._relay_waker is not None:
@@ -226,14 +232,11 @@ class Worker:
             await self._commit(consumer, batch)
 
     async def _commit(self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, Any]) -> None:
+        """Hand the batch's offsets to the background committer (the batch is in the database
+        already); the next fetch does not wait for the OffsetCommit round trip."""
         offsets = {tp: OffsetAndMetadata(part[-1].offset + 1, "") for tp, part in batch.items()}
-        try:
-            await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
-            # Rebalanced meanwhile: the new owner re-reads these replies; the core ignores
-            # them as duplicates, so this loses nothing.
-            log.warning("%s: offset commit failed (%s); replies will be redelivered",
-                        self.name, exc)
+        assert self._offsets is not None
+        self._offsets.submit(offsets)
 
     # -- timer loop -------------------------------------------------------------------------
 
@@ -242,14 +245,23 @@ class Worker:
             self._wake.set()
 
     async def _timer_loop(self) -> None:
+        """Fire due timers; idle, one ``min(due_at)`` query per wake-up and nothing else.
+
+        The loop sleeps until the earliest timer is due (at most ``timer_max_idle``: timers
+        written by other processes are found within that), or until this process's own store
+        schedules an earlier one. It claims timers only when one is due.
+        """
         limit = self.settings.timer_batch_size
         max_idle = self.settings.timer_max_idle.total_seconds()
+        due = True  # at start, timers may be overdue
         while not self._stopping.is_set():
+            fired = 0
             try:
-                fired = await fire_due_timers(self.store, limit=limit)
-                self.timers_fired += fired
-                if fired >= limit:
-                    continue
+                if due:
+                    fired = await fire_due_timers(self.store, limit=limit)
+                    self.timers_fired += fired
+                    if fired >= limit:
+                        continue
                 next_due = await self.store.next_timer_due()
             except Exception:
                 log.exception("%s: firing timers failed", self.name)
@@ -257,11 +269,15 @@ class Worker:
                 continue
             now = datetime.now(UTC)
             if next_due is None:
-                delay = max_idle
+                due, delay = False, max_idle
+            elif next_due <= now:
+                # Still due after a round that fired nothing: its saga is busy; back off a bit.
+                due, delay = True, (_MIN_SLEEP if due and not fired else 0.0)
             else:
-                # A due timer that did not fire belongs to a saga busy elsewhere: back off a bit.
-                delay = min(max((next_due - now).total_seconds(), _MIN_SLEEP), max_idle)
-            await self._sleep(delay)
+                wait = (next_due - now).total_seconds()
+                due, delay = wait <= max_idle, min(wait, max_idle)
+            if delay:
+                await self._sleep(delay)
 
     # -- schedule loop ----------------------------------------------------------------------
 

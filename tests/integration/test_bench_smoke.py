@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(330)]
 
 
 def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -19,7 +19,7 @@ def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--postgres", pg_url,
          "--kafka", kafka_bootstrap, "--output", str(out_file)],
-        cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=220,
+        cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "sustained sagas/s" in proc.stdout
@@ -48,6 +48,19 @@ def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
     memory = data["coordinator_memory"]
     assert memory["running_in_db"] == memory["sagas"] > 0
     assert memory["rss_before_mb"] > 0 and memory["rss_after_mb"] > 0
+
+    latency = data["latency"]["this"]
+    for saga in ("bench_tcc3", "bench_steps3"):
+        one = latency["sagas"][saga]["one"]
+        assert one["rate"] > 0 and one["latency_ms"]["p50"] > 0
+        # The per-hop split is measured even at one saga in flight (it used to read nothing).
+        assert one["hop_breakdown"]["hops_measured"] > 0
+        assert one["hop_breakdown"]["participant_txn_ms"]["count"] > 0
+        assert latency["sagas"][saga]["open_20"]["hop_breakdown"]["hops_measured"] > 0
+    assert latency["idle"]["window_s"] > 0
+    assert set(latency["idle"]["db_transactions_per_s"]) == {
+        "coordinator", "payments", "inventory", "shipping"}
+    assert "one_p50_le_15ms" in latency["targets"]
 
     assert data["ratios"]["saga_rate_over_pg_write_rate"] > 0
     assert {"sustained_ge_300_per_s", "p50_le_50_ms", "p99_le_250_ms",

@@ -1,0 +1,84 @@
+"""Reply offsets committed in the background, so the reply loop never waits for them.
+
+The worker may commit a batch's offsets only after the database transaction that applied it
+committed (then a crash redelivers at most what was not yet committed, and the core ignores
+duplicates). It need not wait for the OffsetCommit round trip before fetching the next batch:
+:meth:`OffsetCommitter.submit` records the offsets and returns, and one task commits the
+latest offset of every partition, coalescing whatever was submitted meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+__all__ = ["OffsetCommitter"]
+
+log = logging.getLogger(__name__)
+
+
+class OffsetCommitter:
+    """One background committer per consumer: ``start()``, ``submit()`` …, ``stop()``."""
+
+    def __init__(self, consumer: Any, *, name: str = "worker") -> None:
+        self._consumer = consumer
+        self._name = name
+        self._pending: dict[TopicPartition, OffsetAndMetadata] = {}
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        #: OffsetCommit requests sent (for tests and logs).
+        self.commits = 0
+
+    def submit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Commit ``offsets`` soon (a later offset of a partition replaces an earlier one)."""
+        for tp, offset in offsets.items():
+            current = self._pending.get(tp)
+            if current is None or offset.offset > current.offset:
+                self._pending[tp] = offset
+        if self._pending:
+            self._idle.clear()
+            self._ready.set()
+
+    async def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError("OffsetCommitter.start() called twice")
+        self._task = asyncio.create_task(self._run(), name=f"{self._name}-offset-commits")
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far was committed (or failed and was logged)."""
+        await self._idle.wait()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Commit what is pending (bounded by ``grace`` seconds), then end the task. Idempotent."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), grace)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            offsets, self._pending = self._pending, {}
+            try:
+                await self._consumer.commit(offsets)
+                self.commits += 1
+            except (CommitFailedError, IllegalStateError, KafkaError) as exc:
+                # Rebalanced meanwhile: the new owner re-reads these replies; the core ignores
+                # them as duplicates, so this loses nothing.
+                log.warning("%s: offset commit failed (%s); replies will be redelivered",
+                            self._name, exc)
+            if not self._pending:
+                self._idle.set()

@@ -1,0 +1,143 @@
+"""The worker's idle loops: the timer loop's queries, the background offset committer."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import CommitFailedError
+from aiokafka.structs import OffsetAndMetadata
+
+from coordinator.settings import CoordinatorSettings
+from coordinator.worker import Worker
+from coordinator.worker.offset_commits import OffsetCommitter
+
+
+class TimerStore:
+    """The two store calls of the timer loop, counted; ``due`` timers fire when claimed."""
+
+    def __init__(self) -> None:
+        self.due: list[datetime] = []
+        self.fire_calls = 0
+        self.next_calls = 0
+
+    async def fire_due_timers(self, *, now: datetime | None = None, limit: int = 100) -> int:
+        self.fire_calls += 1
+        at = datetime.now(UTC)
+        fired = [d for d in self.due if d <= at][:limit]
+        self.due = [d for d in self.due if d not in fired]
+        return len(fired)
+
+    async def next_timer_due(self) -> datetime | None:
+        self.next_calls += 1
+        return min(self.due, default=None)
+
+
+async def test_idle_timer_loop_runs_one_query_per_wake_and_fires_when_due() -> None:
+    store = TimerStore()
+    settings = CoordinatorSettings(timer_max_idle=timedelta(milliseconds=100))
+    worker = Worker(settings, registry=None, store=store)  # type: ignore[arg-type]
+    task = asyncio.create_task(worker._timer_loop())
+    try:
+        await asyncio.sleep(0.55)
+        # One claim at start (timers may be overdue), then only min(due_at), every 100 ms.
+        assert store.fire_calls == 1
+        assert 4 <= store.next_calls <= 7
+        store.due.append(datetime.now(UTC) + timedelta(milliseconds=150))
+        await asyncio.sleep(0.45)
+        assert store.due == []
+        assert worker.timers_fired == 1
+        assert store.fire_calls == 2  # claimed once, when it was due
+        # A timer this process schedules earlier than the loop's sleep wakes it.
+        store.due.append(datetime.now(UTC))
+        worker._on_timer_scheduled(store.due[0])
+        await asyncio.sleep(0.03)
+        assert worker.timers_fired == 2
+    finally:
+        worker._stopping.set()
+        worker._wake.set()
+        await asyncio.wait_for(task, 2)
+
+
+class Consumer:
+    def __init__(self, fail: int = 0) -> None:
+        self.commits: list[dict[TopicPartition, int]] = []
+        self.fail = fail
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        await self.release.wait()
+        if self.fail:
+            self.fail -= 1
+            raise CommitFailedError("rebalanced")
+        self.commits.append({tp: o.offset for tp, o in offsets.items()})
+
+
+TP0, TP1 = TopicPartition("r", 0), TopicPartition("r", 1)
+
+
+def _at(offset: int) -> OffsetAndMetadata:
+    return OffsetAndMetadata(offset, "")
+
+
+async def test_offsets_are_committed_in_the_background_latest_per_partition() -> None:
+    consumer = Consumer()
+    committer = OffsetCommitter(consumer)
+    await committer.start()
+    try:
+        consumer.release.clear()  # the first commit is slow: later submissions coalesce
+        committer.submit({TP0: _at(5)})
+        await asyncio.sleep(0.01)
+        committer.submit({TP0: _at(9), TP1: _at(3)})
+        committer.submit({TP0: _at(7)})  # an older offset never moves a partition back
+        consumer.release.set()
+        await asyncio.wait_for(committer.flush(), 1)
+        assert consumer.commits == [{TP0: 5}, {TP0: 9, TP1: 3}]
+    finally:
+        await committer.stop()
+
+
+async def test_a_failed_commit_is_logged_and_the_committer_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = Consumer(fail=1)
+    committer = OffsetCommitter(consumer)
+    await committer.start()
+    committer.submit({TP0: _at(1)})
+    await asyncio.wait_for(committer.flush(), 1)
+    assert "offset commit failed" in caplog.text
+    committer.submit({TP0: _at(2)})
+    consumer.release.clear()
+    stop = asyncio.create_task(committer.stop())  # what is pending is committed first
+    await asyncio.sleep(0.01)
+    consumer.release.set()
+    await asyncio.wait_for(stop, 1)
+    assert consumer.commits == [{TP0: 2}]
+
+
+async def test_an_idle_participant_commit_loop_sleeps_until_a_command_finishes() -> None:
+    from participant_sdk import ParticipantRunner, ParticipantSettings
+    from tests.unit.test_sdk_units import Demo
+
+    runner = ParticipantRunner(Demo(), ParticipantSettings(
+        dsn="postgresql://unused", commit_interval=timedelta(milliseconds=50)))
+    calls = 0
+
+    async def commit(partitions: object = None) -> None:
+        nonlocal calls
+        calls += 1
+
+    runner._commit = commit  # type: ignore[method-assign]
+    task = asyncio.create_task(runner._commit_loop())
+    try:
+        await asyncio.sleep(0.3)
+        assert calls == 0  # idle: no timer wake-ups, no commit attempts
+        runner._uncommitted.set()  # what a lane does when a command finished
+        await asyncio.sleep(0.12)
+        assert calls == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
