@@ -35,6 +35,11 @@ def render_saga(data: Mapping[str, Any]) -> str:
         head.append(f"dead at  {data['dead_step']}")
     if len(data.get("active_steps") or ()) > 1:  # parallel branches, for-each items
         head.append(f"active   {', '.join(data['active_steps'])} (repair verbs need --step)")
+    if data.get("parent_id"):
+        head.append(f"parent   {data['parent_id']} (node {data.get('parent_node')})")
+    for child in data.get("children") or ():
+        head.append(f"child    {child['saga_id']} {child['saga_type']} {child['status']} "
+                    f"(node {child['node']})")
     head.append(f"input    {_cell(data.get('input'), 200)}")
     steps = [{"step": s["key"], "phase": s["phase"], "attempts": s["attempts"],
               "last_error": (s["last_error"] or {}).get("message"), "result": s["result"]}

@@ -222,3 +222,16 @@ def test_saga_view_names_every_active_step_when_there_are_several() -> None:
     assert "active" not in render_saga({**base, "active_steps": ["b"]})
     text = render_saga({**base, "active_steps": ["b", "lines[0].c"]})
     assert "active   b, lines[0].c (repair verbs need --step)" in text
+
+
+def test_saga_view_names_a_childs_parent_and_a_parents_children() -> None:
+    from coordinator.opscli.render import render_saga
+
+    base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "running",
+            "state": "running", "input": {}, "steps": []}
+    assert "parent" not in render_saga(base) and "child" not in render_saga(base)
+    assert "parent   p1 (node fulfil)" in render_saga(
+        {**base, "parent_id": "p1", "parent_node": "fulfil"})
+    text = render_saga({**base, "children": [{"saga_id": "c1", "saga_type": "ship",
+                                              "status": "completed", "node": "east"}]})
+    assert "child    c1 ship completed (node east)" in text
