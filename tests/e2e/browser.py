@@ -94,3 +94,29 @@ def api_process(env: Mapping[str, str], args: list[str], log: Path) -> Iterator[
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def sign_in(driver: Any, base: str, page: str, token: str) -> None:
+    """Open ``page``, get sent to sign in with it as ``next``, sign in, land on it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{base}{page}")
+    assert "/ui/login" in driver.current_url
+    assert driver.find_element(By.NAME, "next").get_attribute("value") == page
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "sign-in").click()
+    # A click does not wait for the navigation it starts.
+    WebDriverWait(driver, 15).until(lambda d: d.find_elements(By.ID, "whoami"))
+    assert driver.current_url.endswith(page)
+
+
+def sign_out(driver: Any) -> None:
+    """Sign out and wait for the sign-in page, so a later navigation cannot race the POST."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.find_element(By.ID, "sign-out").click()
+    WebDriverWait(driver, 15).until(
+        lambda d: "Signed out" in " ".join(e.text for e in d.find_elements(By.ID, "flash")))
+    assert "/ui/login" in driver.current_url

@@ -21,7 +21,7 @@ import pytest
 from coordinator.engine import ReplyReceived
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
-from tests.e2e.browser import api_process, chromium, need_browser
+from tests.e2e.browser import api_process, chromium, need_browser, sign_in, sign_out
 from tests.integration.test_api_support import INPUT, OPERATOR, TOKENS, VIEWER, make_dead, pump
 from tests.integration.test_store_support import (
     ManualClock,
@@ -79,30 +79,6 @@ def site(seeded: tuple[str, list[UUID], UUID, UUID], topic_prefix: str,
         yield Site(base, dead, done, shots, dsn, topic_prefix, running)
 
 
-def _sign_in(driver: Any, site: Site, token: str) -> None:
-    """Open a page, get sent to sign in with the page as ``next``, sign in, land on it."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(f"{site.base}/ui/sagas")
-    assert "/ui/login" in driver.current_url
-    assert driver.find_element(By.NAME, "next").get_attribute("value") == "/ui/sagas"
-    driver.find_element(By.ID, "token").send_keys(token)
-    driver.find_element(By.ID, "sign-in").click()
-    # A click does not wait for the navigation it starts.
-    WebDriverWait(driver, 15).until(lambda d: d.find_elements(By.ID, "whoami"))
-    assert driver.current_url.endswith("/ui/sagas")
-
-
-def _sign_out(driver: Any) -> None:
-    """Sign out and wait for the sign-in page, so a later navigation cannot race the POST."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.find_element(By.ID, "sign-out").click()
-    WebDriverWait(driver, 15).until(
-        lambda d: "Signed out" in " ".join(e.text for e in d.find_elements(By.ID, "flash")))
-    assert "/ui/login" in driver.current_url
 
 
 def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path) -> None:
@@ -110,7 +86,7 @@ def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path
 
     saga_id = site.dead[0]
     with chromium(tmp_path / "profile") as driver:
-        _sign_in(driver, site, OPERATOR)
+        sign_in(driver, site.base, "/ui/sagas", OPERATOR)
         assert "olga" in driver.find_element(By.ID, "whoami").text
         driver.save_screenshot(str(site.shots / "sagas.png"))
         driver.find_element(By.ID, "q").send_keys(str(saga_id)[:7])
@@ -140,7 +116,7 @@ def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path
         driver.get(f"{site.base}/ui/")
         assert driver.find_element(By.ID, "dead-count").text.startswith("1")
         driver.save_screenshot(str(site.shots / "overview.png"))
-        _sign_out(driver)
+        sign_out(driver)
         driver.get(f"{site.base}/ui/dead")
         assert "/ui/login" in driver.current_url
 
@@ -161,7 +137,7 @@ def test_a_viewer_sees_no_repair_buttons_and_a_forged_post_is_refused(
     saga_id = site.dead[1]
     url = f"{site.base}/ui/sagas/{saga_id}/repair"
     with chromium(tmp_path / "profile") as driver:
-        _sign_in(driver, site, VIEWER)
+        sign_in(driver, site.base, "/ui/sagas", VIEWER)
         driver.get(f"{site.base}/ui/sagas/{saga_id}")
         driver.implicitly_wait(0)
         assert not driver.find_elements(By.CSS_SELECTOR, "details.verb, [id^=confirm-]")
@@ -182,8 +158,8 @@ def test_a_viewer_sees_no_repair_buttons_and_a_forged_post_is_refused(
 
 def _sign_in_again_as(driver: Any, site: Site, token: str) -> None:
 
-    _sign_out(driver)
-    _sign_in(driver, site, token)
+    sign_out(driver)
+    sign_in(driver, site.base, "/ui/sagas", token)
 
 
 async def _answer_outstanding(site: Site) -> None:
@@ -200,7 +176,7 @@ def test_a_running_saga_page_follows_the_saga_live(site: Site, tmp_path: Path) -
     from selenium.webdriver.support.ui import WebDriverWait
 
     with chromium(tmp_path / "profile") as driver:
-        _sign_in(driver, site, VIEWER)
+        sign_in(driver, site.base, "/ui/sagas", VIEWER)
         driver.get(f"{site.base}/ui/sagas/{site.running}")
         assert driver.find_element(By.ID, "live-toggle").is_selected()
         assert "reply_received" not in driver.find_element(By.ID, "history").text

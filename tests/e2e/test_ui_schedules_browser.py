@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from coordinator.schedules import IntervalSpec, ScheduleDefinition, ScheduleFirer, ScheduleSpec
 from coordinator.schedules import repository as repo
 from coordinator.store import SagaStore
-from tests.e2e.browser import api_process, chromium, need_browser
+from tests.e2e.browser import api_process, chromium, need_browser, sign_in, sign_out
 from tests.integration.test_api_support import OPERATOR, TOKENS, VIEWER
 from tests.integration.test_store_support import make_registry, migrated
 
@@ -49,34 +48,13 @@ def base(seeded: str, topic_prefix: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def _sign_in(driver: Any, base: str, token: str) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(f"{base}/ui/schedules")
-    assert driver.find_element(By.NAME, "next").get_attribute("value") == "/ui/schedules"
-    driver.find_element(By.ID, "token").send_keys(token)
-    driver.find_element(By.ID, "sign-in").click()
-    # A click does not wait for the navigation it starts.
-    WebDriverWait(driver, 15).until(lambda d: d.find_elements(By.ID, "whoami"))
-    assert driver.current_url.endswith("/ui/schedules")
-
-
-def _sign_out(driver: Any) -> None:
-    """Sign out and wait for the sign-in page, so the next navigation cannot race the POST."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.find_element(By.ID, "sign-out").click()
-    WebDriverWait(driver, 15).until(
-        lambda d: "Signed out" in " ".join(e.text for e in d.find_elements(By.ID, "flash")))
 
 
 def test_an_operator_pauses_a_schedule_and_triggers_a_run(base: str, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     with chromium(tmp_path / "profile") as driver:
-        _sign_in(driver, base, VIEWER)
+        sign_in(driver, base, "/ui/schedules", VIEWER)
         row = driver.find_element(By.CSS_SELECTOR, "#schedules tbody tr")
         assert "every-minute" in row.text and "active" in row.text
         row.find_element(By.CSS_SELECTOR, "a").click()
@@ -85,9 +63,9 @@ def test_an_operator_pauses_a_schedule_and_triggers_a_run(base: str, tmp_path: P
         assert sum("started" in o for o in outcomes) == 1
         assert len(driver.find_elements(By.CSS_SELECTOR, "#upcoming li")) == 5
         assert not driver.find_elements(By.ID, "actions")  # a viewer: no buttons
-        _sign_out(driver)
+        sign_out(driver)
 
-        _sign_in(driver, base, OPERATOR)
+        sign_in(driver, base, "/ui/schedules", OPERATOR)
         driver.find_element(By.CSS_SELECTOR, "#schedules tbody tr a").click()
         driver.find_element(By.CSS_SELECTOR, "#action-pause summary").click()
         driver.find_element(By.ID, "reason-pause").send_keys("month-end freeze")
