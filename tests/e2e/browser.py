@@ -120,3 +120,15 @@ def sign_out(driver: Any) -> None:
     WebDriverWait(driver, 15).until(
         lambda d: "Signed out" in " ".join(e.text for e in d.find_elements(By.ID, "flash")))
     assert "/ui/login" in driver.current_url
+
+
+def click_through(driver: Any, element: Any) -> None:
+    """Click something that loads a new page, and wait until the old page is gone (reading
+    the page right after a click may otherwise read the one being left)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))

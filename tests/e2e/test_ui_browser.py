@@ -21,7 +21,14 @@ import pytest
 from coordinator.engine import ReplyReceived
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
-from tests.e2e.browser import api_process, chromium, need_browser, sign_in, sign_out
+from tests.e2e.browser import (
+    api_process,
+    chromium,
+    click_through,
+    need_browser,
+    sign_in,
+    sign_out,
+)
 from tests.integration.test_api_support import INPUT, OPERATOR, TOKENS, VIEWER, make_dead, pump
 from tests.integration.test_store_support import (
     ManualClock,
@@ -90,10 +97,10 @@ def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path
         assert "olga" in driver.find_element(By.ID, "whoami").text
         driver.save_screenshot(str(site.shots / "sagas.png"))
         driver.find_element(By.ID, "q").send_keys(str(saga_id)[:7])
-        driver.find_element(By.ID, "apply-filter").click()
+        click_through(driver, driver.find_element(By.ID, "apply-filter"))
         rows = driver.find_elements(By.CSS_SELECTOR, "#saga-table tbody tr")
         assert len(rows) == 1 and "dead" in rows[0].text
-        rows[0].find_element(By.CSS_SELECTOR, "a").click()
+        click_through(driver, rows[0].find_element(By.CSS_SELECTOR, "a"))
         assert driver.current_url.endswith(f"/ui/sagas/{saga_id}")
         assert "dead at step" in driver.find_element(By.ID, "failure").text
         current = driver.find_element(By.CSS_SELECTOR, "svg.machine g.current")
@@ -106,7 +113,7 @@ def test_an_operator_finds_a_dead_saga_and_repairs_it(site: Site, tmp_path: Path
         assert not driver.find_elements(By.ID, "flash")
         driver.find_element(By.ID, "reason-resolve").send_keys("refund done by hand, INC-7")
         driver.save_screenshot(str(site.shots / "saga-repair.png"))
-        driver.find_element(By.ID, "confirm-resolve").click()
+        click_through(driver, driver.find_element(By.ID, "confirm-resolve"))
         flash = driver.find_element(By.ID, "flash").text
         assert "resolve applied by olga: the saga is now completed" in flash
         assert "completed" in driver.find_element(By.CSS_SELECTOR, ".head .badge").text

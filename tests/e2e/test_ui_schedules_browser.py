@@ -13,7 +13,14 @@ import pytest
 from coordinator.schedules import IntervalSpec, ScheduleDefinition, ScheduleFirer, ScheduleSpec
 from coordinator.schedules import repository as repo
 from coordinator.store import SagaStore
-from tests.e2e.browser import api_process, chromium, need_browser, sign_in, sign_out
+from tests.e2e.browser import (
+    api_process,
+    chromium,
+    click_through,
+    need_browser,
+    sign_in,
+    sign_out,
+)
 from tests.integration.test_api_support import OPERATOR, TOKENS, VIEWER
 from tests.integration.test_store_support import make_registry, migrated
 
@@ -57,7 +64,7 @@ def test_an_operator_pauses_a_schedule_and_triggers_a_run(base: str, tmp_path: P
         sign_in(driver, base, "/ui/schedules", VIEWER)
         row = driver.find_element(By.CSS_SELECTOR, "#schedules tbody tr")
         assert "every-minute" in row.text and "active" in row.text
-        row.find_element(By.CSS_SELECTOR, "a").click()
+        click_through(driver, row.find_element(By.CSS_SELECTOR, "a"))
         outcomes = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
         assert sum("skipped" in o for o in outcomes) == 2
         assert sum("started" in o for o in outcomes) == 1
@@ -66,15 +73,15 @@ def test_an_operator_pauses_a_schedule_and_triggers_a_run(base: str, tmp_path: P
         sign_out(driver)
 
         sign_in(driver, base, "/ui/schedules", OPERATOR)
-        driver.find_element(By.CSS_SELECTOR, "#schedules tbody tr a").click()
+        click_through(driver, driver.find_element(By.CSS_SELECTOR, "#schedules tbody tr a"))
         driver.find_element(By.CSS_SELECTOR, "#action-pause summary").click()
         driver.find_element(By.ID, "reason-pause").send_keys("month-end freeze")
-        driver.find_element(By.ID, "confirm-pause").click()
+        click_through(driver, driver.find_element(By.ID, "confirm-pause"))
         assert "paused by olga" in driver.find_element(By.ID, "flash").text
         assert "pause by olga: month-end freeze" in driver.page_source
         driver.find_element(By.CSS_SELECTOR, "#action-trigger summary").click()
         driver.find_element(By.ID, "reason-trigger").send_keys("rerun for finance")
-        driver.find_element(By.ID, "confirm-trigger").click()
+        click_through(driver, driver.find_element(By.ID, "confirm-trigger"))
         assert "run started by olga" in driver.find_element(By.ID, "flash").text
         first = driver.find_element(By.CSS_SELECTOR, "#runs tbody tr").text
         assert "triggered" in first and "running" in first
