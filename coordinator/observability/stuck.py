@@ -24,12 +24,11 @@ def node_name(key: str) -> str:
     and metric labels go by node, so a fan-out does not multiply them)."""
     return key[key.rindex("].") + 2:] if "]." in key else key
 
+
 # The status list must stay textually implied by the predicate of index sagas_in_flight.
 # The activity columns are written with every snapshot (migration 0004): no JSON is read.
-_CANDIDATES: Final = """
-SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
-       s.busiest_step AS step, s.busiest_phase AS step_phase, s.busiest_attempt AS attempt,
-       s.active_steps
+# $1 saga type or NULL, $2 progress cut-off, $3 max retries, $4 limit, $5 ids or NULL.
+_WHERE: Final = """
 FROM sagas s
 WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
@@ -40,6 +39,12 @@ WHERE s.status IN ('running', 'compensating')
 ORDER BY s.last_progress_at, s.id
 LIMIT $4
 """
+_CANDIDATES: Final = """
+SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
+       s.busiest_step AS step, s.busiest_phase AS step_phase, s.busiest_attempt AS attempt,
+       s.active_steps""" + _WHERE
+#: Only the ids: exact on its own when one threshold applies to every type and step.
+_IDS: Final = "SELECT s.id" + _WHERE
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +142,7 @@ async def stuck_ids(
         found = await list_stuck(conn, policy, now=now, limit=limit, saga_ids=saga_ids)
         return frozenset(s.saga_id for s in found)
     at = now or datetime.now(UTC)
-    rows = await conn.fetch(_IDS, at - policy.default, policy.max_retries, limit,
+    rows = await conn.fetch(_IDS, None, at - policy.default, policy.max_retries, limit,
                             None if saga_ids is None else list(saga_ids))
     return frozenset(r["id"] for r in rows)
 
-
-_IDS: Final = """
-SELECT s.id FROM sagas s
-WHERE s.status IN ('running', 'compensating')
-  AND (s.last_progress_at < $1 OR ($2 > 0 AND s.busiest_attempt - 1 >= $2))
-  AND ($4::uuid[] IS NULL OR s.id = ANY($4::uuid[]))
-  AND s.stage <> 'prepared'
-ORDER BY s.last_progress_at, s.id
-LIMIT $3
-"""

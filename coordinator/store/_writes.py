@@ -15,8 +15,9 @@ from uuid import UUID
 
 import asyncpg
 
-from coordinator.engine import Decision, Event, SagaState, StepPhase, TimerRequest
+from coordinator.engine import Decision, Event, SagaState, TimerRequest
 from coordinator.engine.decision import Delivery
+from coordinator.engine.work import ACTIVE_PHASE
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -24,7 +25,6 @@ from participant_sdk.protocol import (
     HEADER_TRACEPARENT,
     HEADER_TRACESTATE,
     KIND_COMMAND,
-    Phase,
     encode,
 )
 
@@ -102,9 +102,7 @@ WHERE s.id = u.id
 """
 
 #: Step phase of an active step -> the protocol phase whose attempts it is on.
-_ATTEMPT_PHASE: Final = {StepPhase.TRYING: Phase.TRY, StepPhase.EXECUTING: Phase.ACTION,
-                         StepPhase.CONFIRMING: Phase.CONFIRM, StepPhase.CANCELLING: Phase.CANCEL,
-                         StepPhase.COMPENSATING: Phase.COMPENSATE}
+_ATTEMPT_PHASE: Final = {step: phase for phase, step in ACTIVE_PHASE.items()}
 
 
 def activity(state: SagaState) -> tuple[str, str | None, str | None, int]:

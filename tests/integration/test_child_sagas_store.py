@@ -41,7 +41,9 @@ class Order(BaseModel):
 class Ship(Saga):
     name = "ship"
     input_model = Order
-    steps = (TccStep("book", "carrier", "book"),
+    # book waits a day for its reply: only the parent's one-hour wait for the child can end
+    # a slow child first
+    steps = (TccStep("book", "carrier", "book", deadline=timedelta(days=1)),
              SagaStep("label", "printer", "print", compensable=True))
 
 
@@ -222,8 +224,13 @@ async def test_a_slow_child_is_cancelled_when_the_parent_stops_waiting(
     await _settle(store)
     record = await store.get_saga(parent)
     assert record is not None and record.status == "compensated"
+    # The parent gave up waiting (its deadline, not a child's); the other child was abandoned.
+    assert "deadline: no reply within 3600s" in (record.state.reason or ""), record.state.reason
     kids = await _children(store, parent)
     assert [k["status"] for k in kids] == ["compensated", "compensated"]
+    for kid in kids:  # the child's try was in flight: cancelled, as possibly applied
+        child = await store.get_saga(kid["id"])
+        assert child is not None and child.state.steps["book"].phase.value == "cancelled"
 
 
 async def test_the_api_lists_a_sagas_children_and_a_childs_parent(store: SagaStore) -> None:
