@@ -7,12 +7,13 @@ body one compensable saga step) on a fresh, migrated database of the real Postgr
 - **store**: sagas started through ``SagaStore.start_saga``; every command taken from the
   outbox and answered OK through ``SagaStore.apply_many``, the worker's reply-apply path (one
   reply per transaction unless ``--batch``). Per reply: WAL bytes (``pg_current_wal_lsn()``
-  around the applies only, the bench's own outbox reads excluded), the snapshot's size
-  (``octet_length``, averaged over samples taken as the saga runs), CPU of this process
+  around the applies only, the bench's own outbox reads excluded), the stored state's size
+  (spine, input and node rows, ``octet_length``, averaged over samples taken as the saga
+  runs), CPU of this process
   (``time.process_time``), CPU of the Postgres backend serving it (``/proc``) and wall time;
 - **engine**: the same sagas driven in memory through ``advance``
   (``coordinator.engine.simulate.Simulator``), CPU per reply of ``advance`` alone and of the
-  snapshot's JSON round trip the store adds (``from_json(loads)`` + ``dumps(to_json)``).
+  encoding the store adds: the spine and the nodes that changed (``coordinator.store.nodes``).
 
 Sizes are measured in turn within each round (same machine load); each figure is the median
 over rounds, and every ratio is to the 10-item figure of the same run. ``--json PATH`` writes
@@ -32,22 +33,29 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
 from bench.foreach_sagas import MAX_LINES, ShipEach
 from bench.stack import cpu_seconds, dsn_for
-from coordinator.engine import ReplyReceived, SagaState, compile_saga
+from coordinator.engine import ReplyReceived, compile_saga
 from coordinator.engine.simulate import Simulator
 from coordinator.migrations import migrate
 from coordinator.registry import SagaRegistry
 from coordinator.store import PendingEvent, SagaStore
+from coordinator.store.nodes import NodeWrites, spine_json
 from participant_sdk.protocol import Outcome, decode_command, make_reply
 
 DEFAULT_DSN = os.environ.get("SAGAFLOW_TEST_POSTGRES_URL",
                              "postgresql://postgres@127.0.0.1:55432/postgres")
-#: How often (in replies) the snapshot's size is sampled.
+#: How often (in replies) the stored state's size is sampled.
+_STATE_BYTES: Final = """
+SELECT avg(octet_length(s.snapshot::text) + octet_length(s.input::text)
+           + coalesce((SELECT sum(octet_length(n.state::text)) FROM saga_nodes n
+                       WHERE n.saga_id = s.id), 0))
+FROM sagas s WHERE $1::uuid IS NULL OR s.id = $1
+"""
 SAMPLES_PER_SAGA = 20
 
 
@@ -67,8 +75,8 @@ class StoreFigures:
     sagas: int
     replies: int
     wal_bytes_per_reply: float
-    snapshot_bytes_mean: float
-    snapshot_bytes_final: float
+    state_bytes_mean: float
+    state_bytes_final: float
     cpu_us_per_reply: float
     backend_cpu_us_per_reply: float
     wall_us_per_reply: float
@@ -80,7 +88,7 @@ class EngineFigures:
     size: int
     replies: int
     advance_us_per_reply: float
-    json_us_per_reply: float
+    encode_us_per_reply: float
 
 
 async def _take_commands(conn: asyncpg.Connection) -> list[Any]:
@@ -127,41 +135,40 @@ async def measure_store(dsn: str, size: int, sagas: int, batch: int) -> StoreFig
             before = replies
             replies += len(events)
             if replies // every != before // every:
-                sizes.append(int(await side.fetchval(
-                    "SELECT avg(octet_length(snapshot::text)) FROM sagas WHERE id = $1",
-                    ids[0])))
+                sizes.append(int(await side.fetchval(_STATE_BYTES, ids[0])))
         statuses = await side.fetch("SELECT status, count(*) FROM sagas GROUP BY status")
         if {r["status"] for r in statuses} != {"completed"}:
             raise RuntimeError(f"sagas did not all complete: {[dict(r) for r in statuses]}")
-        final = await side.fetchval("SELECT avg(octet_length(snapshot::text)) FROM sagas")
+        final = await side.fetchval(_STATE_BYTES, None)
     finally:
         await side.close()
         await store.close()
     n = max(replies, 1)
     return StoreFigures(
         size=size, sagas=sagas, replies=replies, wal_bytes_per_reply=wal / n,
-        snapshot_bytes_mean=statistics.fmean(sizes) if sizes else float(final),
-        snapshot_bytes_final=float(final), cpu_us_per_reply=cpu * 1e6 / n,
+        state_bytes_mean=statistics.fmean(sizes) if sizes else float(final),
+        state_bytes_final=float(final), cpu_us_per_reply=cpu * 1e6 / n,
         backend_cpu_us_per_reply=pg_cpu * 1e6 / n, wall_us_per_reply=wall * 1e6 / n,
         transactions=transactions)
 
 
 def measure_engine(size: int, sagas: int) -> EngineFigures:
-    """The same sagas in memory: ``advance`` per reply, and the snapshot's JSON round trip."""
+    """The same sagas in memory: ``advance`` per reply, and encoding what it changed."""
     definition = compile_saga(ShipEach)
-    t_advance = t_json = 0.0
+    t_advance = t_encode = 0.0
     replies = 0
     for i in range(sagas):
         sim = Simulator(definition, saga_id=uuid.UUID(int=i + 1))
         sim.start(saga_input(size, i))
         while sim.pending:
             for command in list(sim.pending.values()):
+                before = sim.current
                 c0 = time.process_time()
                 sim.reply_to(command, result={"shipment_id": str(command.message_id)})
                 c1 = time.process_time()
-                text = json.dumps(sim.current.to_json(), separators=(",", ":"))
-                SagaState.from_json(json.loads(text))
-                t_json += time.process_time() - c1
+                spine_json(sim.current)
+                NodeWrites().add(sim.saga_id, before, sim.current)
+                t_encode += time.process_time() - c1
                 t_advance += c1 - c0
                 replies += 1
                 sim.decisions.clear()  # kept states would grow the heap the GC walks
@@ -169,7 +176,7 @@ def measure_engine(size: int, sagas: int) -> EngineFigures:
             raise RuntimeError(f"simulated saga ended {sim.current.status.value}")
     n = max(replies, 1)
     return EngineFigures(size=size, replies=replies, advance_us_per_reply=t_advance * 1e6 / n,
-                         json_us_per_reply=t_json * 1e6 / n)
+                         encode_us_per_reply=t_encode * 1e6 / n)
 
 
 async def _fresh_database(admin_dsn: str) -> str:
@@ -232,13 +239,13 @@ def _median(runs: Sequence[Any]) -> dict[str, float]:
 
 ROWS = (
     ("store", "wal_bytes_per_reply", "Postgres WAL bytes per reply"),
-    ("store", "snapshot_bytes_mean", "snapshot bytes (mean while running)"),
-    ("store", "snapshot_bytes_final", "snapshot bytes (completed saga)"),
+    ("store", "state_bytes_mean", "stored state bytes (mean while running)"),
+    ("store", "state_bytes_final", "stored state bytes (completed saga)"),
     ("store", "cpu_us_per_reply", "coordinator CPU µs per reply (store path)"),
     ("store", "backend_cpu_us_per_reply", "Postgres backend CPU µs per reply"),
     ("store", "wall_us_per_reply", "wall µs per reply (store path)"),
     ("engine", "advance_us_per_reply", "engine only: advance CPU µs per reply"),
-    ("engine", "json_us_per_reply", "engine only: snapshot JSON round trip µs per reply"),
+    ("engine", "encode_us_per_reply", "engine only: encoding spine + changed nodes µs/reply"),
 )
 
 

@@ -1,6 +1,6 @@
 """``python -m bench.ui_pages``: how fast the web UI's pages load with many sagas stored.
 
-Creates a throw-away database, starts one real order saga through the store (its snapshot is
+Creates a throw-away database, starts one real order saga through the store (its rows are
 the template), copies it into ``--sagas`` rows (100,000) with one ``INSERT … SELECT
 generate_series`` (ids, statuses and creation times varied: 90 % completed, 5 % compensated,
 3 % running, 2 % dead, spread over 30 days), runs ``ANALYZE``, starts the API with the UI as
@@ -37,7 +37,8 @@ SAGA = "examples.order_saga:OrderSaga"
 TOKEN = "bench-operator-token"
 
 _COPY = """
-INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input_hash, trace_context,
+INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input, input_hash,
+                   trace_context,
                    history_seq, created_at, updated_at, last_progress_at, stage, active_steps,
                    busiest_step, busiest_phase, busiest_attempt)
 SELECT g.id, t.saga_type, t.saga_version, g.status,
@@ -45,7 +46,7 @@ SELECT g.id, t.saga_type, t.saga_version, g.status,
                            '{status}', to_jsonb(g.status)),
                  '{dead_step}', CASE WHEN g.status = 'dead' THEN '"reserve_funds"'::jsonb
                                      ELSE 'null'::jsonb END)::json,
-       t.input_hash, t.trace_context, t.history_seq, g.at, g.at, g.at,
+       t.input, t.input_hash, t.trace_context, t.history_seq, g.at, g.at, g.at,
        CASE WHEN g.status IN ('running', 'compensating', 'dead') THEN t.stage ELSE 'done' END,
        t.active_steps, t.busiest_step, t.busiest_phase, t.busiest_attempt
 FROM sagas t,
@@ -55,6 +56,13 @@ FROM sagas t,
                           WHEN i % 100 < 98 THEN 'running' ELSE 'dead' END AS status
               FROM generate_series(1, $2) AS i) g
 WHERE t.id = $1
+"""
+
+#: Every copy gets the template's node rows.
+_COPY_NODES = """
+INSERT INTO saga_nodes (saga_id, key, ordinal, state)
+SELECT s.id, n.key, n.ordinal, n.state FROM sagas s, saga_nodes n
+WHERE n.saga_id = $1 AND s.id <> $1
 """
 
 
@@ -74,6 +82,7 @@ async def seed(dsn: str, count: int) -> str:
         t0 = time.perf_counter()
         async with store.pool.acquire() as conn:
             await conn.execute(_COPY, template, count)
+            await conn.execute(_COPY_NODES, template)
             await conn.execute("ANALYZE sagas")
         print(f"inserted {count:,} sagas in {time.perf_counter() - t0:.1f} s")
     return str(template)

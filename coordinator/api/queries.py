@@ -1,7 +1,7 @@
 """Saga queries of the operator API: filters the store's ``list_sagas`` does not offer.
 
-Filters on the snapshot (current step, retries) read ``snapshot`` as JSON: fine for an
-operator's query; the type, status and age filters still use the store's indexes.
+The current-step filter reads the activity columns, the retries filter the node rows' JSON:
+fine for an operator's query; the type, status and age filters still use the store's indexes.
 """
 
 from __future__ import annotations
@@ -11,20 +11,18 @@ import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 from uuid import UUID
 
 import asyncpg
 
 from coordinator.api.errors import BadRequest
 from coordinator.api.models import ChildOut, SagaFilter, SagaSort
-from coordinator.engine import StepPhase
 from coordinator.store import SagaRecord
-from coordinator.store.queries import SAGA_COLUMNS, list_children, saga_record
+from coordinator.store.queries import SAGA_COLUMNS, list_children, saga_records
 
 __all__ = ["Page", "children_of", "list_sagas", "matching_ids"]
 
-_ACTIVE: Final = [p.value for p in StepPhase if p.is_active]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +62,10 @@ def _where(f: SagaFilter, now: datetime, stuck_ids: Collection[UUID]) -> _Where:
         w.add(cond if f.stuck else f"NOT {cond}", list(stuck_ids))
     if f.current_step is not None:
         w.add("(CASE WHEN status = 'dead' THEN snapshot->>'dead_step' = {0} "
-              "ELSE snapshot->'steps'->{0}->>'phase' = ANY({1}::text[]) END)",
-              f.current_step, _ACTIVE)
+              "ELSE {0} = ANY(active_steps) END)", f.current_step)
     if f.min_retries is not None:
-        w.add("EXISTS (SELECT 1 FROM json_each(snapshot->'steps') s, "
-              "json_each_text(s.value->'attempts') a WHERE a.value::int - 1 >= {0})",
-              f.min_retries)
+        w.add("EXISTS (SELECT 1 FROM saga_nodes n, json_each_text(n.state->'attempts') a "
+              "WHERE n.saga_id = sagas.id AND a.value::int - 1 >= {0})", f.min_retries)
     return w
 
 
@@ -122,7 +118,7 @@ async def list_sagas(
         f"ORDER BY {column} {direction}, id {direction} LIMIT ${len(w.args)}",
         *w.args,
     )
-    items = [saga_record(r) for r in rows[:limit]]
+    items = await saga_records(conn, rows[:limit])
     next_cursor = None
     if len(rows) > limit:
         last = items[-1]

@@ -170,6 +170,9 @@ class StepState(BaseModel):
     item: Any = None
     #: A for-each's number of items; a choice's branch taken (-1: none).
     count: int | None = None
+    #: A for-each's items below this index have all succeeded: its walk starts there, so a
+    #: reply costs the same whatever the number of items already done.
+    settled: int = 0
     #: A race's winning branch keys, in the order they won.
     winners: list[str] | None = None
     #: Forward payload, built by the step's mapper (or replaced by an operator retry).

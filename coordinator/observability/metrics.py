@@ -99,18 +99,18 @@ class CoordinatorMetrics:
         before: dict[Any, SagaState] = {}
         for change in changes:
             saga = change.saga
-            prior: SagaState | Mapping[str, Any] = before.get(saga.saga_id, saga.snapshot)
+            prior = before.get(saga.saga_id, saga.base)
             self._observe(change, prior)
             before[saga.saga_id] = change.decision.state
 
-    def _observe(self, change: Change, prior: SagaState | Mapping[str, Any]) -> None:
+    def _observe(self, change: Change, prior: SagaState | None) -> None:
         saga_type = change.saga.saga_type
         decision = change.decision
         if decision.ignored is not None:
             self.replies_ignored.labels(saga_type).inc()
             return
         event = change.event
-        if not prior:  # no snapshot yet: this change started the saga
+        if prior is None:  # nothing stored yet: this change started the saga
             self.sagas_started.labels(saga_type).inc()
         if isinstance(event, ReplyReceived):
             reply = event.reply
@@ -138,7 +138,7 @@ class CoordinatorMetrics:
             if env.attempt > 1:
                 self.step_retries.labels(saga_type, step, env.phase.value).inc()
         status = decision.state.status.value
-        if status in _ENDED and status != _status(prior):
+        if status in _ENDED and (prior is None or status != prior.status.value):
             self.sagas_ended.labels(saga_type, status).inc()
 
     # -- refreshed by the periodic scan ----------------------------------------------------
@@ -163,30 +163,10 @@ class CoordinatorMetrics:
             self.dead_letters.labels(source).set(count)
 
 
-def _status(prior: SagaState | Mapping[str, Any]) -> str | None:
-    if isinstance(prior, SagaState):
-        return prior.status.value
-    value = prior.get("status")
-    return str(value) if value is not None else None
-
-
-def _sent_at(
-    prior: SagaState | Mapping[str, Any], step: str, message_id: Any
-) -> datetime | None:
+def _sent_at(prior: SagaState | None, step: str, message_id: Any) -> datetime | None:
     """When the command this event answers was written (the step's outstanding command)."""
-    if isinstance(prior, SagaState):
-        node = prior.steps.get(step)
-        out = node.outstanding if node is not None else None
-        if out is None or (message_id is not None and out.message_id != message_id):
-            return None
-        return out.sent_at
-    raw = (prior.get("steps") or {}).get(step) or {}
-    outstanding = raw.get("outstanding")
-    if not outstanding:
+    node = prior.steps.get(step) if prior is not None else None
+    out = node.outstanding if node is not None else None
+    if out is None or (message_id is not None and out.message_id != message_id):
         return None
-    if message_id is not None and str(outstanding.get("message_id")) != str(message_id):
-        return None
-    try:
-        return datetime.fromisoformat(str(outstanding["sent_at"]))
-    except (KeyError, ValueError):
-        return None
+    return out.sent_at

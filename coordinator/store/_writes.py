@@ -1,4 +1,5 @@
-"""Writing the effects of decisions: history rows, snapshots, outbox rows and timers.
+"""Writing the effects of decisions: history rows, saga state (spine and the nodes that
+changed, see ``nodes``), outbox rows and timers.
 
 Everything here runs inside the caller's transaction, after the saga rows are locked, and
 batches each table's writes into one statement whatever the number of sagas.
@@ -18,6 +19,7 @@ import asyncpg
 from coordinator.engine import Decision, Event, SagaState, TimerRequest
 from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
+from coordinator.store.nodes import dumps, node_writes, spine_json
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -41,9 +43,11 @@ class LockedSaga:
     saga_id: UUID
     saga_type: str
     version: int
-    snapshot: dict[str, Any]
     trace_context: dict[str, str]
     history_seq: int
+    #: The state as stored when the row was locked (``None``: a new saga, nothing stored
+    #: yet). The store fills it in, from its cache or from the node rows.
+    base: SagaState | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> LockedSaga:
@@ -51,7 +55,6 @@ class LockedSaga:
             saga_id=row["id"],
             saga_type=row["saga_type"],
             version=row["saga_version"],
-            snapshot=json.loads(row["snapshot"]),
             trace_context=json.loads(row["trace_context"]),
             history_seq=row["history_seq"],
         )
@@ -74,12 +77,12 @@ class Change:
 
 
 LOCK_SAGAS: Final = """
-SELECT id, saga_type, saga_version, snapshot, trace_context, history_seq
+SELECT id, saga_type, saga_version, trace_context, history_seq
 FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
 """
 
 LOCK_SAGAS_SKIP_LOCKED: Final = """
-SELECT id, saga_type, saga_version, snapshot, trace_context, history_seq
+SELECT id, saga_type, saga_version, trace_context, history_seq
 FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 """
 
@@ -147,11 +150,6 @@ def command_headers(trace_context: Mapping[str, str]) -> dict[str, str]:
     return headers
 
 
-def _dumps(value: Any) -> str:
-    # Never sort keys: the state's mappings are ordered and replay depends on that order.
-    return json.dumps(value, separators=(",", ":"))
-
-
 async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
                         deliveries: Sequence[tuple[Delivery, datetime]] = ()) -> datetime | None:
     """Persist ``changes`` (in order) and their deliveries, and ``deliveries`` made by the
@@ -165,13 +163,14 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         _INSERT_HISTORY,
         [c.saga.saga_id for c in changes],
         [c.seq for c in changes],
-        [_dumps(c.event.to_json()) for c in changes],
+        [dumps(c.event.to_json()) for c in changes],
         [c.now for c in changes],
         [c.actor for c in changes],
-        [_dumps([h.note for h in c.decision.history]) for c in changes],
+        [dumps([h.note for h in c.decision.history]) for c in changes],
         [c.decision.ignored for c in changes],
     )
-    # One snapshot update per saga: the last change of each wins.
+    # One spine update per saga, the last change of each winning; the nodes that changed
+    # since the row was locked.
     last: dict[UUID, Change] = {}
     progressed: dict[UUID, bool] = {}
     for change in changes:
@@ -185,7 +184,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         _UPDATE_SAGAS,
         [c.saga.saga_id for c in finals],
         [c.decision.state.status.value for c in finals],
-        [_dumps(c.decision.state.to_json()) for c in finals],
+        [spine_json(c.decision.state) for c in finals],
         [c.seq for c in finals],
         [c.now for c in finals],
         [progressed[c.saga.saga_id] for c in finals],
@@ -193,6 +192,8 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [a[0] for a in active], [a[1] for a in active], [a[2] for a in active],
         [a[3] for a in active],
     )
+    await node_writes((c.saga.saga_id, c.saga.base, c.decision.state) for c in finals
+                      ).write(conn)
     messages = [
         OutboxMessage(
             topic=cmd.topic,
@@ -220,7 +221,7 @@ async def write_deliveries(conn: asyncpg.Connection,
         [f"{d.saga_id}:deliver:{d.message_id}" for d, _ in deliveries],
         [d.saga_id for d, _ in deliveries],
         [at for _, at in deliveries],
-        [_dumps(d.event.to_json()) for d, _ in deliveries],
+        [dumps(d.event.to_json()) for d, _ in deliveries],
     )
 
 

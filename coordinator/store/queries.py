@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
@@ -13,6 +13,7 @@ import asyncpg
 
 from coordinator.engine import CompiledSaga, SagaState, advance, event_from_json, replay
 from coordinator.store.errors import SagaNotFound, StoreError
+from coordinator.store.nodes import assemble, dumps, load_nodes, load_stored
 from coordinator.store.records import (
     HistoryRecord,
     SagaPage,
@@ -34,18 +35,19 @@ __all__ = [
 DefinitionLookup = Callable[[str, int], CompiledSaga]
 
 SAGA_COLUMNS: Final = (
-    "id, saga_type, saga_version, status, snapshot, trace_context, history_seq, "
+    "id, saga_type, saga_version, status, snapshot, input, trace_context, history_seq, "
     "created_at, updated_at, last_progress_at"
 )
 
 
-def saga_record(row: Mapping[str, Any]) -> SagaRecord:
+def saga_record(row: Mapping[str, Any], nodes: Sequence[tuple[str, str]]) -> SagaRecord:
+    """A record from a row of ``SAGA_COLUMNS`` and the saga's node rows."""
     return SagaRecord(
         saga_id=row["id"],
         saga_type=row["saga_type"],
         version=row["saga_version"],
         status=row["status"],
-        state=SagaState.from_json(json.loads(row["snapshot"])),
+        state=assemble(json.loads(row["snapshot"]), json.loads(row["input"]), nodes),
         trace_context=json.loads(row["trace_context"]),
         history_seq=row["history_seq"],
         created_at=row["created_at"],
@@ -54,9 +56,16 @@ def saga_record(row: Mapping[str, Any]) -> SagaRecord:
     )
 
 
+async def saga_records(conn: asyncpg.Connection, rows: Sequence[Mapping[str, Any]]
+                       ) -> list[SagaRecord]:
+    """Records from rows of ``SAGA_COLUMNS``, their node rows read in one query."""
+    nodes = await load_nodes(conn, [r["id"] for r in rows])
+    return [saga_record(r, nodes.get(r["id"], [])) for r in rows]
+
+
 async def get_saga(conn: asyncpg.Connection, saga_id: UUID) -> SagaRecord | None:
     row = await conn.fetchrow(f"SELECT {SAGA_COLUMNS} FROM sagas WHERE id = $1", saga_id)  # noqa: S608
-    return None if row is None else saga_record(row)
+    return None if row is None else (await saga_records(conn, [row]))[0]
 
 
 _HISTORY: Final = """
@@ -141,7 +150,7 @@ async def list_sagas(
         f"ORDER BY created_at DESC, id DESC LIMIT ${len(args)}",
         *args,
     )
-    items = [saga_record(r) for r in rows[:limit]]
+    items = await saga_records(conn, rows[:limit])
     next_cursor = None
     if len(rows) > limit:
         last = items[-1]
@@ -186,15 +195,18 @@ async def verify(
     conn: asyncpg.Connection, saga_id: UUID, lookup: DefinitionLookup
 ) -> VerifyResult:
     row = await conn.fetchrow(
-        "SELECT saga_type, saga_version, snapshot, history_seq FROM sagas WHERE id = $1", saga_id
+        "SELECT saga_type, saga_version, history_seq FROM sagas WHERE id = $1", saga_id
     )
     if row is None:
         raise SagaNotFound(saga_id)
     definition = lookup(row["saga_type"], row["saga_version"])
     state, from_seq, count = await _replayed(conn, saga_id, definition)
-    stored = json.loads(row["snapshot"])
+    stored = _as_decoded((await load_stored(conn, [saga_id]))[saga_id])
     rebuilt = None if state is None else state.to_json()
     differences = [] if rebuilt is None else _diff(stored, rebuilt)
+    if rebuilt is not None and list(stored["steps"]) != list(rebuilt["steps"]):
+        # The steps mapping is ordered and the engine's walks follow that order.
+        differences.append("steps: stored in another order than replayed")
     if rebuilt is None:
         differences.append("no history to replay")
     if from_seq + count != row["history_seq"]:
@@ -202,6 +214,15 @@ async def verify(
             f"history has {from_seq + count} events, the saga row says {row['history_seq']}"
         )
     return VerifyResult(saga_id, not differences, from_seq, count, differences)
+
+
+def _as_decoded(stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored JSON as this build reads it (fields an older build did not write take their
+    defaults), or as stored when it does not decode (the diff then shows where)."""
+    try:
+        return SagaState.from_json(stored).to_json()
+    except ValueError:
+        return stored
 
 
 def _diff(stored: Any, rebuilt: Any, path: str = "") -> list[str]:
@@ -219,8 +240,7 @@ async def compact(
     conn: asyncpg.Connection, saga_id: UUID, lookup: DefinitionLookup, *, archive: bool
 ) -> int:
     row = await conn.fetchrow(
-        "SELECT saga_type, saga_version, snapshot, history_seq FROM sagas "
-        "WHERE id = $1 FOR NO KEY UPDATE",
+        "SELECT history_seq FROM sagas WHERE id = $1 FOR NO KEY UPDATE",
         saga_id,
     )
     if row is None:
@@ -237,7 +257,7 @@ async def compact(
         "ON CONFLICT DO NOTHING",
         saga_id,
         seq,
-        row["snapshot"],
+        dumps((await load_stored(conn, [saga_id]))[saga_id]),
     )
     if archive:
         await conn.execute(

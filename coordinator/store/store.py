@@ -1,8 +1,10 @@
 """The Postgres saga store: every state change is one transaction.
 
 A change locks the saga row (``SELECT ... FOR NO KEY UPDATE``), calls the pure core with a
-``now`` read once here, appends the history row, rewrites the snapshot, and writes the commands
-to the outbox and the timers, then commits. Nothing here talks to Kafka.
+``now`` read once here, appends the history row, rewrites the spine and the nodes that changed
+(``nodes``), and writes the commands to the outbox and the timers, then commits. Nothing here
+talks to Kafka. The states this process committed are cached (``nodes.StateCache``): a reply
+to a large tree neither reads nor decodes the whole tree again.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from coordinator.store.errors import (
     UnknownSagaType,
     UnknownSagaVersion,
 )
+from coordinator.store.nodes import StateCache, dumps, load_states, spine_json
 from coordinator.store.records import (
     ApplyOutcome,
     ApplyResult,
@@ -100,6 +103,8 @@ CONNECTION_ERRORS: Final = (
     OSError,
 )
 _ATTEMPTS: Final = 5
+#: Sagas whose latest state each store keeps in memory by default.
+STATE_CACHE_SIZE: Final = 1024
 
 
 def utcnow() -> datetime:
@@ -149,10 +154,12 @@ class SagaStore:
         *,
         clock: Clock = utcnow,
         owns_pool: bool = False,
+        state_cache: int = STATE_CACHE_SIZE,
     ) -> None:
         self.pool = pool
         self.registry = registry
         self._clock = clock
+        self._states = StateCache(state_cache)
         self._owns_pool = owns_pool
         self._timer_listeners: list[TimerListener] = []
         self._change_listeners: list[ChangeListener] = []
@@ -167,6 +174,7 @@ class SagaStore:
         min_size: int = 1,
         max_size: int = 10,
         clock: Clock = utcnow,
+        state_cache: int = STATE_CACHE_SIZE,
     ) -> Self:
         pool = await create_pool(
             dsn,
@@ -178,7 +186,7 @@ class SagaStore:
                 "idle_in_transaction_session_timeout": "60000",
             },
         )
-        return cls(pool, registry, clock=clock, owns_pool=True)
+        return cls(pool, registry, clock=clock, owns_pool=True, state_cache=state_cache)
 
     async def close(self) -> None:
         """Close the pool if this store opened it (idempotent)."""
@@ -245,9 +253,33 @@ class SagaStore:
                 continue
             finally:
                 _WRITTEN.reset(token)
+            self._remember(written)
             self._notify_changes(written)
             return value
         raise AssertionError("unreachable")
+
+    def _remember(self, changes: Sequence[Change]) -> None:
+        """Cache the committed states (only after the commit: a rolled-back attempt's state
+        never existed); a finished saga needs no cache entry."""
+        for change in changes:
+            state = change.decision.state
+            if state.status.is_terminal:
+                self._states.drop(change.saga.saga_id)
+            else:
+                self._states.put(change.saga.saga_id, change.seq, state)
+
+    async def _load_bases(self, conn: asyncpg.Connection, locked: Iterable[LockedSaga]
+                          ) -> None:
+        """Give each locked saga its stored state: the cached one if it is still the row's
+        (same history seq), else read from the spine and node rows (one batch)."""
+        missing: dict[UUID, LockedSaga] = {}
+        for saga in locked:
+            saga.base = self._states.get(saga.saga_id, saga.history_seq)
+            if saga.base is None:
+                missing[saga.saga_id] = saga
+        if missing:
+            for saga_id, state in (await load_states(conn, list(missing))).items():
+                missing[saga_id].base = state
 
     def _notify_changes(self, changes: Sequence[Change]) -> None:
         if not changes:
@@ -313,8 +345,8 @@ class SagaStore:
                 raise InvalidInput(saga_type, [{"loc": (), "msg": str(exc)}]) from exc
             inserted = await conn.fetchval(
                 _INSERT_SAGA, sid, definition.name, definition.version,
-                decision.state.status.value, json.dumps(decision.state.to_json()), digest,
-                json.dumps(trace_context), now, None,
+                decision.state.status.value, spine_json(decision.state),
+                dumps(decision.state.input), digest, json.dumps(trace_context), now, None,
             )
             if not inserted:
                 row = await conn.fetchrow(
@@ -326,12 +358,11 @@ class SagaStore:
                     raise SagaConflict(sid, f"with type {row['saga_type']!r}")
                 if bytes(row["input_hash"]) != digest:
                     raise SagaConflict(sid, "with a different input")
-                return queries.saga_record(row), False, None
+                return (await queries.saga_records(conn, [row]))[0], False, None
             locked = LockedSaga(
                 saga_id=sid,
                 saga_type=definition.name,
                 version=definition.version,
-                snapshot={},
                 trace_context=trace_context,
                 history_seq=0,
             )
@@ -370,6 +401,7 @@ class SagaStore:
             if row is None:
                 raise SagaNotFound(saga_id)
             saga = LockedSaga.from_row(row)
+            await self._load_bases(conn, [saga])
             now = self._clock()
             decision = advance(self._definition_of(saga), _state(saga), event, now)
             change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
@@ -418,6 +450,7 @@ class SagaStore:
         now: datetime,
         fired: Sequence[str | None] | None = None,
     ) -> tuple[list[ApplyResult], datetime | None]:
+        await self._load_bases(conn, locked.values())
         states: dict[UUID, SagaState] = {}
         results: list[ApplyResult] = []
         changes: list[Change] = []
@@ -501,14 +534,14 @@ class SagaStore:
             return refuse_child(start, str(exc))
         inserted = await conn.fetchval(
             _INSERT_SAGA, start.saga_id, definition.name, definition.version,
-            decision.state.status.value, json.dumps(decision.state.to_json()),
-            _input_hash(decision.state.input), json.dumps(start.trace_context), now,
-            start.parent.saga_id,
+            decision.state.status.value, spine_json(decision.state),
+            dumps(decision.state.input), _input_hash(decision.state.input),
+            json.dumps(start.trace_context), now, start.parent.saga_id,
         )
         if not inserted:
             return None
         locked = LockedSaga(saga_id=start.saga_id, saga_type=definition.name,
-                            version=definition.version, snapshot={},
+                            version=definition.version,
                             trace_context=dict(start.trace_context), history_seq=0)
         return Change(locked, 1, event, decision, now, f"parent:{start.parent.saga_id}")
 
@@ -671,9 +704,10 @@ class SagaStore:
 
 
 _INSERT_SAGA: Final = """
-INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input_hash, trace_context,
-                   history_seq, created_at, updated_at, last_progress_at, parent_id)
-VALUES ($1, $2, $3, $4, $5::json, $6, $7::jsonb, 0, $8, $8, $8, $9)
+INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input, input_hash,
+                   trace_context, history_seq, created_at, updated_at, last_progress_at,
+                   parent_id)
+VALUES ($1, $2, $3, $4, $5::json, $6::json, $7, $8::jsonb, 0, $9, $9, $9, $10)
 ON CONFLICT (id) DO NOTHING RETURNING true
 """
 
@@ -685,7 +719,8 @@ def _input_hash(data: dict[str, Any]) -> bytes:
 
 
 def _state(saga: LockedSaga) -> SagaState:
-    return SagaState.from_json(saga.snapshot)
+    assert saga.base is not None, f"saga {saga.saga_id}: stored state not loaded"
+    return saga.base
 
 
 def _result(change: Change) -> ApplyResult:

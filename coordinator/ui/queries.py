@@ -27,8 +27,8 @@ SELECT status, count(*) AS n FROM sagas WHERE created_at >= $1 GROUP BY status
 """
 _RETRIED: Final = """
 SELECT count(*) FROM sagas WHERE created_at >= $1 AND EXISTS (
-    SELECT 1 FROM json_each(snapshot->'steps') s, json_each_text(s.value->'attempts') a
-    WHERE a.value::int > 1)
+    SELECT 1 FROM saga_nodes n, json_each_text(n.state->'attempts') a
+    WHERE n.saga_id = sagas.id AND a.value::int > 1)
 """
 _JOBS: Final = """
 SELECT j.id, j.verb, j.reason, j.actor, j.status, j.total, j.created_at, j.finished_at,

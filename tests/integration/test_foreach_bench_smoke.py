@@ -37,8 +37,8 @@ def test_foreach_cost_smoke(pg_url: str, tmp_path: Path) -> None:
         assert figures["wal_bytes_per_reply"] > 0
         assert figures["cpu_us_per_reply"] > 0
         assert figures["wall_us_per_reply"] > 0
-    # The snapshot holds every item's state, so ten times the items is a larger snapshot.
-    assert large["snapshot_bytes_final"] > 2 * small["snapshot_bytes_final"] > 0
+    # The stored state holds every item's node, so ten times the items is a larger state.
+    assert large["state_bytes_final"] > 2 * small["state_bytes_final"] > 0
     engine = data["engine"]
     assert engine["3"]["replies"] == engine["30"]["replies"] == 30
     assert engine["30"]["advance_us_per_reply"] > 0

@@ -134,10 +134,12 @@ async def test_the_migration_fills_the_activity_columns_as_the_writer_does(
     store: SagaStore, clock: ManualClock
 ) -> None:
     """Migration 0004 fills the stuck scan's columns of the sagas already in flight from
-    their snapshots: run its UPDATE again on blanked rows and get what the writer wrote."""
+    their snapshots: run its UPDATE again on blanked rows (their snapshots whole again, as
+    before migration 0006 split them) and get what the writer wrote."""
     from pathlib import Path
 
     import coordinator.migrations
+    from coordinator.store.nodes import dumps, load_stored
 
     saga = (await store.start_saga("tcc_order", INPUT)).record
     await _fail_and_retry(store, clock, 2)  # reserve: trying, attempt 3
@@ -149,6 +151,9 @@ async def test_the_migration_fills_the_activity_columns_as_the_writer_does(
     async with store.pool.acquire() as conn:
         written = await conn.fetch(select)
         assert {r["id"]: r["busiest_attempt"] for r in written}[saga.saga_id] == 3
+        for saga_id, whole in (await load_stored(conn, [r["id"] for r in written])).items():
+            await conn.execute("UPDATE sagas SET snapshot = $2::json WHERE id = $1", saga_id,
+                               dumps(whole))
         await conn.execute("UPDATE sagas SET stage = 'done', active_steps = '{}', "
                            "busiest_step = NULL, busiest_phase = NULL, busiest_attempt = 0")
         await conn.execute(backfill)

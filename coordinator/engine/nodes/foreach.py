@@ -47,10 +47,12 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     body, cap = node.children[0], node.max_concurrency
     inner = Scope(scope.prefix, key, scope.item, scope.index)
     active, done = 0, True
-    for index in range(state.count or 0):
+    settled = state.settled
+    for index in range(state.settled, state.count or 0):
         ik = item_key(key, index)
         phase = w.step(ik).phase
         if phase is StepPhase.SUCCEEDED:
+            settled += index == settled
             continue
         if phase is StepPhase.PENDING and cap is not None and active >= cap:
             done = False
@@ -62,6 +64,10 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         if progress is Progress.WAITING:
             active += 1
             done = False
+        else:
+            settled += index == settled
+    if settled != state.settled:
+        w.update_step(key, settled=settled)
     if not done:
         return Progress.WAITING
     base.finish(w, key, StepPhase.SUCCEEDED)

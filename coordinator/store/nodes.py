@@ -1,0 +1,183 @@
+"""How a saga's state is laid out in Postgres: a spine row, the input, one row per node.
+
+A reply changes a few nodes of the tree, so the writer stores only the nodes that changed (the
+engine replaces a node's state object when it changes it, so "changed" is an identity test)
+and the small spine. Loading a whole state is needed only when this process has not got it:
+:class:`StateCache` keeps the states this process wrote, and a cached state is used only when
+its history seq is the row's (another replica may have moved the saga since).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+from uuid import UUID
+
+import asyncpg
+
+from coordinator.engine import SagaState
+
+__all__ = [
+    "NodeWrites",
+    "StateCache",
+    "assemble",
+    "dumps",
+    "load_nodes",
+    "load_states",
+    "load_stored",
+    "node_writes",
+    "spine_json",
+    "stored_json",
+]
+
+#: Fields of SagaState not in the spine column: the input (its own column) and the nodes.
+_OUTSIDE_SPINE: Final[set[str]] = {"steps", "input"}
+
+UPSERT_NODES: Final = """
+INSERT INTO saga_nodes (saga_id, key, ordinal, state)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::json[])
+ON CONFLICT (saga_id, key) DO UPDATE SET state = EXCLUDED.state
+"""
+
+DELETE_NODES: Final = """
+DELETE FROM saga_nodes n USING unnest($1::uuid[], $2::text[]) AS d(saga_id, key)
+WHERE n.saga_id = d.saga_id AND n.key = d.key
+"""
+
+_LOAD_SPINES: Final = "SELECT id, snapshot, input FROM sagas WHERE id = ANY($1::uuid[])"
+
+_LOAD_NODES: Final = """
+SELECT saga_id, key, state FROM saga_nodes WHERE saga_id = ANY($1::uuid[])
+ORDER BY saga_id, ordinal
+"""
+
+
+def dumps(value: Any) -> str:
+    # Never sort keys: the state's mappings are ordered and replay depends on that order.
+    return json.dumps(value, separators=(",", ":"))
+
+
+def spine_json(state: SagaState) -> str:
+    """The spine column's text: the state without its input and nodes."""
+    return dumps(state.model_dump(mode="json", exclude=_OUTSIDE_SPINE))
+
+
+class NodeWrites:
+    """Node rows to upsert and to delete, gathered over the sagas of one transaction."""
+
+    __slots__ = ("deleted", "gone_ids", "keys", "ordinals", "saga_ids", "states")
+
+    def __init__(self) -> None:
+        self.saga_ids: list[UUID] = []
+        self.keys: list[str] = []
+        self.ordinals: list[int] = []
+        self.states: list[str] = []
+        self.gone_ids: list[UUID] = []
+        self.deleted: list[str] = []
+
+    def add(self, saga_id: UUID, before: SagaState | None, after: SagaState) -> None:
+        """The rows that turn ``before`` (as stored; ``None`` for a new saga) into ``after``."""
+        old: Mapping[str, Any] = {} if before is None else before.steps
+        new = 0
+        for ordinal, (key, node) in enumerate(after.steps.items(), start=1):
+            was = old.get(key)
+            if was is not node:
+                new += was is None
+                self.saga_ids.append(saga_id)
+                self.keys.append(key)
+                self.ordinals.append(ordinal)
+                self.states.append(dumps(node.model_dump(mode="json")))
+        if len(old) + new == len(after.steps):
+            return  # every old key is still there: nothing to delete
+        for key in old.keys() - after.steps.keys():
+            self.gone_ids.append(saga_id)
+            self.deleted.append(key)
+
+    async def write(self, conn: asyncpg.Connection) -> None:
+        if self.keys:
+            await conn.execute(UPSERT_NODES, self.saga_ids, self.keys, self.ordinals,
+                               self.states)
+        if self.deleted:
+            await conn.execute(DELETE_NODES, self.gone_ids, self.deleted)
+
+
+def node_writes(changes: Iterable[tuple[UUID, SagaState | None, SagaState]]) -> NodeWrites:
+    writes = NodeWrites()
+    for saga_id, before, after in changes:
+        writes.add(saga_id, before, after)
+    return writes
+
+
+def stored_json(spine: Mapping[str, Any], input: Any, nodes: Sequence[tuple[str, str]]
+                ) -> dict[str, Any]:
+    """The state's JSON as stored: spine, input and node rows (in their order) put together."""
+    return {**spine, "input": input, "steps": {key: json.loads(text) for key, text in nodes}}
+
+
+def assemble(spine: Mapping[str, Any], input: Any, nodes: Sequence[tuple[str, str]]
+             ) -> SagaState:
+    return SagaState.from_json(stored_json(spine, input, nodes))
+
+
+async def load_nodes(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
+                     ) -> dict[UUID, list[tuple[str, str]]]:
+    """The node rows (key, JSON text) of each saga in ``saga_ids``, in their order."""
+    nodes: dict[UUID, list[tuple[str, str]]] = {}
+    if saga_ids:
+        for row in await conn.fetch(_LOAD_NODES, list(saga_ids)):
+            nodes.setdefault(row["saga_id"], []).append((row["key"], row["state"]))
+    return nodes
+
+
+async def load_stored(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
+                      ) -> dict[UUID, dict[str, Any]]:
+    """The stored JSON of each saga in ``saga_ids`` that exists (two queries in all)."""
+    if not saga_ids:
+        return {}
+    spines = {r["id"]: r for r in await conn.fetch(_LOAD_SPINES, list(saga_ids))}
+    nodes = await load_nodes(conn, list(spines))
+    return {sid: stored_json(json.loads(r["snapshot"]), json.loads(r["input"]),
+                             nodes.get(sid, []))
+            for sid, r in spines.items()}
+
+
+async def load_states(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
+                      ) -> dict[UUID, SagaState]:
+    """The state of each saga in ``saga_ids`` that exists."""
+    stored = await load_stored(conn, saga_ids)
+    return {sid: SagaState.from_json(data) for sid, data in stored.items()}
+
+
+class StateCache:
+    """The latest states this process committed, by saga id, at most ``size`` of them (least
+    recently used go first). An entry is only good for the history seq it was written at."""
+
+    def __init__(self, size: int) -> None:
+        if size < 0:
+            raise ValueError(f"state cache size must be >= 0, got {size}")
+        self._size = size
+        self._entries: OrderedDict[UUID, tuple[int, SagaState]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, saga_id: UUID, seq: int) -> SagaState | None:
+        """The cached state of ``saga_id`` if it is the one at history seq ``seq``."""
+        entry = self._entries.get(saga_id)
+        if entry is None or entry[0] != seq:
+            return None
+        self._entries.move_to_end(saga_id)
+        return entry[1]
+
+    def put(self, saga_id: UUID, seq: int, state: SagaState) -> None:
+        if self._size == 0:
+            return
+        self._entries[saga_id] = (seq, state)
+        self._entries.move_to_end(saga_id)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def drop(self, saga_id: UUID) -> None:
+        self._entries.pop(saga_id, None)
