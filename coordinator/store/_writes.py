@@ -19,7 +19,7 @@ import asyncpg
 from coordinator.engine import Decision, Event, SagaState, TimerRequest
 from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
-from coordinator.store.nodes import dumps, node_writes, spine_json
+from coordinator.store.nodes import UPSERT_NODES_CTE, dumps, node_writes, spine_json
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -92,7 +92,7 @@ SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::json[], $4::timestamptz[], $5
                      $6::jsonb[], $7::text[])
 """
 
-_UPDATE_SAGAS: Final = """
+_UPDATE_SAGAS: Final = UPSERT_NODES_CTE + """
 UPDATE sagas AS s
 SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = u.now,
     last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END,
@@ -180,6 +180,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         )
     finals = list(last.values())
     active = [activity(c.decision.state) for c in finals]
+    nodes = node_writes((c.saga.saga_id, c.saga.base, c.decision.state) for c in finals)
     await conn.execute(
         _UPDATE_SAGAS,
         [c.saga.saga_id for c in finals],
@@ -191,9 +192,9 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [c.decision.state.stage.value for c in finals],
         [a[0] for a in active], [a[1] for a in active], [a[2] for a in active],
         [a[3] for a in active],
+        *nodes.upsert_args(),
     )
-    await node_writes((c.saga.saga_id, c.saga.base, c.decision.state) for c in finals
-                      ).write(conn)
+    await nodes.delete(conn)
     messages = [
         OutboxMessage(
             topic=cmd.topic,

@@ -20,6 +20,7 @@ import asyncpg
 from coordinator.engine import SagaState
 
 __all__ = [
+    "UPSERT_NODES_CTE",
     "NodeWrites",
     "StateCache",
     "assemble",
@@ -35,10 +36,14 @@ __all__ = [
 #: Fields of SagaState not in the spine column: the input (its own column) and the nodes.
 _OUTSIDE_SPINE: Final[set[str]] = {"steps", "input"}
 
-UPSERT_NODES: Final = """
-INSERT INTO saga_nodes (saga_id, key, ordinal, state)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::json[])
-ON CONFLICT (saga_id, key) DO UPDATE SET state = EXCLUDED.state
+#: The node upsert, as a data-modifying CTE for the saga-row update (one round trip); its
+#: parameters come after that statement's eleven.
+UPSERT_NODES_CTE: Final = """
+WITH nodes AS (
+    INSERT INTO saga_nodes (saga_id, key, ordinal, state)
+    SELECT * FROM unnest($12::uuid[], $13::text[], $14::int[], $15::json[])
+    ON CONFLICT (saga_id, key) DO UPDATE SET state = EXCLUDED.state
+)
 """
 
 DELETE_NODES: Final = """
@@ -95,10 +100,12 @@ class NodeWrites:
             self.gone_ids.append(saga_id)
             self.deleted.append(key)
 
-    async def write(self, conn: asyncpg.Connection) -> None:
-        if self.keys:
-            await conn.execute(UPSERT_NODES, self.saga_ids, self.keys, self.ordinals,
-                               self.states)
+    def upsert_args(self) -> tuple[list[UUID], list[str], list[int], list[str]]:
+        """The parameters of :data:`UPSERT_NODES_CTE`."""
+        return self.saga_ids, self.keys, self.ordinals, self.states
+
+    async def delete(self, conn: asyncpg.Connection) -> None:
+        """Delete the node rows of keys a state no longer has (none, as the engine works)."""
         if self.deleted:
             await conn.execute(DELETE_NODES, self.gone_ids, self.deleted)
 
