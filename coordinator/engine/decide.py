@@ -137,6 +137,7 @@ def _decision(work: Work, event: Event) -> Decision:
         deliveries=work.deliveries,
         ignored=None,
         moves=work.moves,
+        touched=list(work.touched),
     )
 
 

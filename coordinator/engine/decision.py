@@ -137,3 +137,7 @@ class Decision(BaseModel):
     #: Every phase change (key, node, from, to) and status change ("", "", from, to) made,
     #: in order. Not stored: tests check each against the exported machine.
     moves: list[tuple[str, str, str, str]] = Field(default_factory=list)
+    #: Keys of the nodes this decision created or replaced, in the order first touched (new
+    #: keys in the order they were added to ``state.steps``), so the store writes only them.
+    #: A start's own static tree is not in it: a new saga is written whole.
+    touched: list[str] = Field(default_factory=list)

@@ -51,9 +51,13 @@ class Simulator:
         saga_id: uuid.UUID | None = None,
         now: datetime | None = None,
         play_children: bool = False,
+        check_touched: bool = True,
     ) -> None:
         self.definition = definition
         self.play_children = play_children
+        #: Check each decision's ``touched`` against the nodes it really changed (the store
+        #: writes only those): on in tests, off where ``advance`` is timed.
+        self.check_touched = check_touched
         self.saga_id = saga_id or uuid.UUID(int=1)
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
         self.state: SagaState | None = None
@@ -73,6 +77,8 @@ class Simulator:
 
     def apply(self, event: Event) -> Decision:
         decision = advance(self.definition, self.state, event, self.now)
+        if self.check_touched and self.state is not None:
+            _check_touched(self.state, decision)
         self.state = decision.state
         self.history.extend(decision.history)
         self.decisions.append(decision)
@@ -180,3 +186,14 @@ class Simulator:
         """The state rebuilt from the history as the store would keep it (JSON round trip)."""
         stored = [(event_from_json(h.event.to_json()), h.at) for h in self.history]
         return replay(self.definition, stored)
+
+
+def _check_touched(before: SagaState, decision: Decision) -> None:
+    """Every node the decision replaced or added is in ``touched``, new keys in the order
+    the steps mapping added them."""
+    after, touched = decision.state.steps, decision.touched
+    changed = {k for k, node in after.items() if before.steps.get(k) is not node}
+    missing = changed - set(touched)
+    assert not missing, f"nodes changed but not in Decision.touched: {sorted(missing)}"
+    added = [k for k in after if k not in before.steps]
+    assert added == [k for k in touched if k not in before.steps], (added, touched)

@@ -59,6 +59,8 @@ class Work:
         self.notes: list[str] = []
         #: The steps mapping this decision built (safe to edit in place), if any.
         self._own_steps: dict[str, StepState] | None = None
+        #: Keys of the nodes created or replaced, in the order first touched (an ordered set).
+        self.touched: dict[str, None] = {}
         #: Every phase and status change made, as (key or "", node or "", from, to); the
         #: machine test checks each against the exported edges.
         self.moves: list[tuple[str, str, str, str]] = []
@@ -108,6 +110,7 @@ class Work:
         return self.definition.step(self._steps()[key].node)
 
     def update(self, **changes: Any) -> None:
+        assert "steps" not in changes, "edit nodes with create / update_step"
         status = changes.get("status")
         if status is not None and status != self.get("status"):
             self.moves.append(("", "", self.get("status").value, status.value))
@@ -128,6 +131,7 @@ class Work:
             self._own_steps = steps
         steps[key] = state
         self._pending["steps"] = steps
+        self.touched[key] = None
 
     def next_completion(self) -> int:
         """The next number in the order in which nodes completed."""

@@ -173,14 +173,18 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
     # since the row was locked.
     last: dict[UUID, Change] = {}
     progressed: dict[UUID, bool] = {}
+    touched: dict[UUID, dict[str, None]] = {}
     for change in changes:
         last[change.saga.saga_id] = change
+        touched.setdefault(change.saga.saga_id, {}).update(
+            dict.fromkeys(change.decision.touched))
         progressed[change.saga.saga_id] = (
             progressed.get(change.saga.saga_id, False) or change.decision.ignored is None
         )
     finals = list(last.values())
     active = [activity(c.decision.state) for c in finals]
-    nodes = node_writes((c.saga.saga_id, c.saga.base, c.decision.state) for c in finals)
+    nodes = node_writes((c.saga.saga_id, c.saga.base, c.decision.state,
+                         touched[c.saga.saga_id]) for c in finals)
     await conn.execute(
         _UPDATE_SAGAS,
         [c.saga.saga_id for c in finals],

@@ -1,10 +1,10 @@
 """How a saga's state is laid out in Postgres: a spine row, the input, one row per node.
 
 A reply changes a few nodes of the tree, so the writer stores only the nodes that changed (the
-engine replaces a node's state object when it changes it, so "changed" is an identity test)
-and the small spine. Loading a whole state is needed only when this process has not got it:
-:class:`StateCache` keeps the states this process wrote, and a cached state is used only when
-its history seq is the row's (another replica may have moved the saga since).
+engine's decision lists the keys it touched: ``Decision.touched``) and the small spine.
+Loading a whole state is needed only when this process has not got it: :class:`StateCache`
+keeps the states this process wrote, and a cached state is used only when its history seq is
+the row's (another replica may have moved the saga since).
 """
 
 from __future__ import annotations
@@ -82,23 +82,47 @@ class NodeWrites:
         self.gone_ids: list[UUID] = []
         self.deleted: list[str] = []
 
-    def add(self, saga_id: UUID, before: SagaState | None, after: SagaState) -> None:
-        """The rows that turn ``before`` (as stored; ``None`` for a new saga) into ``after``."""
-        old: Mapping[str, Any] = {} if before is None else before.steps
+    def add(self, saga_id: UUID, before: SagaState | None, after: SagaState,
+            touched: Iterable[str] | None = None) -> None:
+        """The rows that turn ``before`` (as stored; ``None`` for a new saga) into ``after``.
+        ``touched``: the only keys that may differ, new ones in the order ``after`` added
+        them (the decisions' ``touched``); ``None`` compares every node (by identity: the
+        engine replaces the state object of a node it changes)."""
+        if before is None or touched is None:
+            self._compare_all(saga_id, {} if before is None else before.steps, after)
+            return
+        old, position = before.steps, len(before.steps)
+        for key in touched:
+            node, was = after.steps.get(key), old.get(key)
+            if node is None:
+                if was is not None:
+                    self._delete(saga_id, key)
+            elif was is not node:
+                if was is None:
+                    position += 1  # a new key: added at the end of the mapping
+                # An existing row keeps its ordinal (the upsert sets only the state).
+                self._upsert(saga_id, key, position if was is None else 0, node)
+
+    def _compare_all(self, saga_id: UUID, old: Mapping[str, Any], after: SagaState) -> None:
         new = 0
         for ordinal, (key, node) in enumerate(after.steps.items(), start=1):
             was = old.get(key)
             if was is not node:
                 new += was is None
-                self.saga_ids.append(saga_id)
-                self.keys.append(key)
-                self.ordinals.append(ordinal)
-                self.states.append(dumps(node.model_dump(mode="json")))
-        if len(old) + new == len(after.steps):
-            return  # every old key is still there: nothing to delete
-        for key in old.keys() - after.steps.keys():
-            self.gone_ids.append(saga_id)
-            self.deleted.append(key)
+                self._upsert(saga_id, key, ordinal, node)
+        if len(old) + new != len(after.steps):  # some old key is gone
+            for key in old.keys() - after.steps.keys():
+                self._delete(saga_id, key)
+
+    def _upsert(self, saga_id: UUID, key: str, ordinal: int, node: Any) -> None:
+        self.saga_ids.append(saga_id)
+        self.keys.append(key)
+        self.ordinals.append(ordinal)
+        self.states.append(dumps(node.model_dump(mode="json")))
+
+    def _delete(self, saga_id: UUID, key: str) -> None:
+        self.gone_ids.append(saga_id)
+        self.deleted.append(key)
 
     def upsert_args(self) -> tuple[list[UUID], list[str], list[int], list[str]]:
         """The parameters of :data:`UPSERT_NODES_CTE`."""
@@ -110,10 +134,12 @@ class NodeWrites:
             await conn.execute(DELETE_NODES, self.gone_ids, self.deleted)
 
 
-def node_writes(changes: Iterable[tuple[UUID, SagaState | None, SagaState]]) -> NodeWrites:
+def node_writes(changes: Iterable[tuple[UUID, SagaState | None, SagaState, Iterable[str]]]
+                ) -> NodeWrites:
+    """(saga id, state as stored, new state, keys touched since) for each saga."""
     writes = NodeWrites()
-    for saga_id, before, after in changes:
-        writes.add(saga_id, before, after)
+    for saga_id, before, after, touched in changes:
+        writes.add(saga_id, before, after, touched)
     return writes
 
 

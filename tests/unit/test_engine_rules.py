@@ -477,7 +477,7 @@ def test_decisions_built_without_validation_equal_validated_ones() -> None:
         again = Decision(state=made.state, commands=list(made.commands),
                          timers=list(made.timers), cancel_timers=list(made.cancel_timers),
                          history=[HistoryEntry(**dict(h)) for h in made.history],
-                         moves=list(made.moves))
+                         moves=list(made.moves), touched=list(made.touched))
         assert made == again and made.model_dump() == again.model_dump()
         for command in made.commands:
             assert command == OutgoingCommand.model_validate(command.model_dump())
