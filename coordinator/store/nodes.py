@@ -184,13 +184,15 @@ async def load_states(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
 
 
 class StateCache:
-    """The latest states this process committed, by saga id, at most ``size`` of them (least
-    recently used go first). An entry is only good for the history seq it was written at."""
+    """The latest states this process committed, by saga id, holding at most ``max_nodes``
+    nodes in all (memory grows with nodes, not sagas; least recently used go first). An
+    entry is only good for the history seq it was written at."""
 
-    def __init__(self, size: int) -> None:
-        if size < 0:
-            raise ValueError(f"state cache size must be >= 0, got {size}")
-        self._size = size
+    def __init__(self, max_nodes: int) -> None:
+        if max_nodes < 0:
+            raise ValueError(f"state cache size must be >= 0 nodes, got {max_nodes}")
+        self._max_nodes = max_nodes
+        self._nodes = 0
         self._entries: OrderedDict[UUID, tuple[int, SagaState]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -205,12 +207,21 @@ class StateCache:
         return entry[1]
 
     def put(self, saga_id: UUID, seq: int, state: SagaState) -> None:
-        if self._size == 0:
+        self.drop(saga_id)
+        size = _size(state)
+        if size > self._max_nodes:
             return
         self._entries[saga_id] = (seq, state)
-        self._entries.move_to_end(saga_id)
-        while len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        self._nodes += size
+        while self._nodes > self._max_nodes:
+            _, (_, old) = self._entries.popitem(last=False)
+            self._nodes -= _size(old)
 
     def drop(self, saga_id: UUID) -> None:
-        self._entries.pop(saga_id, None)
+        entry = self._entries.pop(saga_id, None)
+        if entry is not None:
+            self._nodes -= _size(entry[1])
+
+
+def _size(state: SagaState) -> int:
+    return len(state.steps) + 1
