@@ -19,7 +19,7 @@ import asyncpg
 from coordinator.engine import Decision, Event, SagaState, TimerRequest
 from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
-from coordinator.store.nodes import UPSERT_NODES_CTE, dumps, node_writes, spine_json
+from coordinator.store.nodes import UPSERT_NODES, dumps, node_writes, spine_json
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -88,11 +88,13 @@ FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 
 _INSERT_HISTORY: Final = """
 INSERT INTO saga_history (saga_id, seq, event, recorded_at, actor, annotation, ignored)
-SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::json[], $4::timestamptz[], $5::text[],
-                     $6::jsonb[], $7::text[])
+SELECT * FROM unnest($16::uuid[], $17::bigint[], $18::json[], $19::timestamptz[], $20::text[],
+                     $21::jsonb[], $22::text[])
 """
 
-_UPDATE_SAGAS: Final = UPSERT_NODES_CTE + """
+#: History rows, changed nodes and saga rows in one statement: one round trip per apply.
+_WRITE_SAGAS: Final = ("WITH nodes AS (" + UPSERT_NODES + "), history AS (" + _INSERT_HISTORY
+                       + ")" + """
 UPDATE sagas AS s
 SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = u.now,
     last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END,
@@ -102,7 +104,7 @@ FROM unnest($1::uuid[], $2::text[], $3::json[], $4::bigint[], $5::timestamptz[],
             $7::text[], $8::text[], $9::text[], $10::text[], $11::int[])
      AS u(id, status, snapshot, seq, now, progress, stage, active, step, phase, attempt)
 WHERE s.id = u.id
-"""
+""")
 
 #: Step phase of an active step -> the protocol phase whose attempts it is on.
 _ATTEMPT_PHASE: Final = {step: phase for phase, step in ACTIVE_PHASE.items()}
@@ -159,18 +161,8 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         await write_deliveries(conn, sent)
     if not changes:
         return min(at for _, at in sent) if sent else None
-    await conn.execute(
-        _INSERT_HISTORY,
-        [c.saga.saga_id for c in changes],
-        [c.seq for c in changes],
-        [dumps(c.event.to_json()) for c in changes],
-        [c.now for c in changes],
-        [c.actor for c in changes],
-        [dumps([h.note for h in c.decision.history]) for c in changes],
-        [c.decision.ignored for c in changes],
-    )
-    # One spine update per saga, the last change of each winning; the nodes that changed
-    # since the row was locked.
+    # One history row per change; one spine update per saga, the last change of each
+    # winning; the nodes that changed since the row was locked.
     last: dict[UUID, Change] = {}
     progressed: dict[UUID, bool] = {}
     touched: dict[UUID, dict[str, None]] = {}
@@ -186,7 +178,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
     nodes = node_writes((c.saga.saga_id, c.saga.base, c.decision.state,
                          touched[c.saga.saga_id]) for c in finals)
     await conn.execute(
-        _UPDATE_SAGAS,
+        _WRITE_SAGAS,
         [c.saga.saga_id for c in finals],
         [c.decision.state.status.value for c in finals],
         [spine_json(c.decision.state) for c in finals],
@@ -197,6 +189,13 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [a[0] for a in active], [a[1] for a in active], [a[2] for a in active],
         [a[3] for a in active],
         *nodes.upsert_args(),
+        [c.saga.saga_id for c in changes],
+        [c.seq for c in changes],
+        [dumps(c.event.to_json()) for c in changes],
+        [c.now for c in changes],
+        [c.actor for c in changes],
+        [dumps([h.note for h in c.decision.history]) for c in changes],
+        [c.decision.ignored for c in changes],
     )
     await nodes.delete(conn)
     messages = [

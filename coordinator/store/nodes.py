@@ -20,7 +20,7 @@ import asyncpg
 from coordinator.engine import SagaState
 
 __all__ = [
-    "UPSERT_NODES_CTE",
+    "UPSERT_NODES",
     "NodeWrites",
     "StateCache",
     "assemble",
@@ -36,14 +36,12 @@ __all__ = [
 #: Fields of SagaState not in the spine column: the input (its own column) and the nodes.
 _OUTSIDE_SPINE: Final[set[str]] = {"steps", "input"}
 
-#: The node upsert, as a data-modifying CTE for the saga-row update (one round trip); its
-#: parameters come after that statement's eleven.
-UPSERT_NODES_CTE: Final = """
-WITH nodes AS (
-    INSERT INTO saga_nodes (saga_id, key, ordinal, state)
-    SELECT * FROM unnest($12::uuid[], $13::text[], $14::int[], $15::json[])
-    ON CONFLICT (saga_id, key) DO UPDATE SET state = EXCLUDED.state
-)
+#: The node upsert, for a data-modifying CTE of the writer's one statement (parameters
+#: $12 to $15: :meth:`NodeWrites.upsert_args`).
+UPSERT_NODES: Final = """
+INSERT INTO saga_nodes (saga_id, key, ordinal, state)
+SELECT * FROM unnest($12::uuid[], $13::text[], $14::int[], $15::json[])
+ON CONFLICT (saga_id, key) DO UPDATE SET state = EXCLUDED.state
 """
 
 DELETE_NODES: Final = """
@@ -125,7 +123,7 @@ class NodeWrites:
         self.deleted.append(key)
 
     def upsert_args(self) -> tuple[list[UUID], list[str], list[int], list[str]]:
-        """The parameters of :data:`UPSERT_NODES_CTE`."""
+        """The parameters of :data:`UPSERT_NODES`."""
         return self.saga_ids, self.keys, self.ordinals, self.states
 
     async def delete(self, conn: asyncpg.Connection) -> None:
