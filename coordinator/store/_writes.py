@@ -92,8 +92,19 @@ SELECT * FROM unnest($16::uuid[], $17::bigint[], $18::json[], $19::timestamptz[]
                      $21::jsonb[], $22::text[])
 """
 
-#: History rows, changed nodes and saga rows in one statement: one round trip per apply.
+_DELETE_TIMERS: Final = "DELETE FROM timers WHERE id = ANY($23::text[])"
+
+_INSERT_TIMERS: Final = """
+INSERT INTO timers (id, saga_id, due_at, step, phase, attempt, kind)
+SELECT * FROM unnest($24::text[], $25::uuid[], $26::timestamptz[], $27::text[], $28::text[],
+                     $29::int[], $30::text[])
+ON CONFLICT (id) DO NOTHING
+"""
+
+#: History rows, changed nodes, consumed and new timers and the saga rows in one statement:
+#: one round trip per apply (the timer ids deleted and inserted never overlap).
 _WRITE_SAGAS: Final = ("WITH nodes AS (" + UPSERT_NODES + "), history AS (" + _INSERT_HISTORY
+                       + "), gone AS (" + _DELETE_TIMERS + "), due AS (" + _INSERT_TIMERS
                        + ")" + """
 UPDATE sagas AS s
 SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = u.now,
@@ -124,12 +135,6 @@ def activity(state: SagaState) -> tuple[str, str | None, str | None, int]:
         return "", None, None, 0
     return " ".join(keys), best[1], state.steps[best[1]].phase.value, best[0]
 
-_INSERT_TIMERS: Final = """
-INSERT INTO timers (id, saga_id, due_at, step, phase, attempt, kind)
-SELECT * FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[],
-                     $6::int[], $7::text[])
-ON CONFLICT (id) DO NOTHING
-"""
 
 
 _INSERT_DELIVERIES: Final = """
@@ -177,6 +182,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
     active = [activity(c.decision.state) for c in finals]
     nodes = node_writes((c.saga.saga_id, c.saga.base, c.decision.state,
                          touched[c.saga.saga_id]) for c in finals)
+    deletes, timers = _timer_rows(changes)
     await conn.execute(
         _WRITE_SAGAS,
         [c.saga.saga_id for c in finals],
@@ -196,6 +202,14 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [c.actor for c in changes],
         [dumps([h.note for h in c.decision.history]) for c in changes],
         [c.decision.ignored for c in changes],
+        deletes,
+        [t.timer_id for _, t in timers],
+        [saga_id for saga_id, _ in timers],
+        [t.due_at for _, t in timers],
+        [t.step for _, t in timers],
+        [t.phase.value for _, t in timers],
+        [t.attempt for _, t in timers],
+        [t.kind.value for _, t in timers],
     )
     await nodes.delete(conn)
     messages = [
@@ -210,7 +224,12 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         for cmd in c.decision.commands
     ]
     await enqueue(conn, messages)
-    earliest = await _write_timers(conn, changes, finals)
+    finished = [c.saga.saga_id for c in finals if c.decision.state.status.is_terminal]
+    if finished:
+        # A saga that ended needs no timer; the core cancels its own, this is the backstop.
+        await conn.execute("DELETE FROM timers WHERE saga_id = ANY($1::uuid[]) "
+                           "AND event IS NULL", finished)
+    earliest = min((t.due_at for _, t in timers), default=None)
     if sent:
         first = min(at for _, at in sent)
         earliest = first if earliest is None else min(earliest, first)
@@ -229,9 +248,9 @@ async def write_deliveries(conn: asyncpg.Connection,
     )
 
 
-async def _write_timers(
-    conn: asyncpg.Connection, changes: Sequence[Change], finals: Sequence[Change]
-) -> datetime | None:
+def _timer_rows(changes: Sequence[Change]) -> tuple[list[str], list[tuple[UUID, TimerRequest]]]:
+    """The timer ids to delete (cancelled or fired) and the timers to insert, in id order;
+    a timer inserted then consumed within ``changes`` is not inserted."""
     inserts: dict[str, tuple[UUID, TimerRequest]] = {}
     deletes: set[str] = set()
     for change in changes:
@@ -244,25 +263,4 @@ async def _write_timers(
         for timer in change.decision.timers:
             inserts[timer.timer_id] = (change.saga.saga_id, timer)
             deletes.discard(timer.timer_id)
-    finished = [c.saga.saga_id for c in finals if c.decision.state.status.is_terminal]
-    if deletes:
-        await conn.execute("DELETE FROM timers WHERE id = ANY($1::text[])", sorted(deletes))
-    earliest: datetime | None = None
-    if inserts:
-        rows = [inserts[k] for k in sorted(inserts)]
-        await conn.execute(
-            _INSERT_TIMERS,
-            [t.timer_id for _, t in rows],
-            [saga_id for saga_id, _ in rows],
-            [t.due_at for _, t in rows],
-            [t.step for _, t in rows],
-            [t.phase.value for _, t in rows],
-            [t.attempt for _, t in rows],
-            [t.kind.value for _, t in rows],
-        )
-        earliest = min(t.due_at for _, t in rows)
-    if finished:
-        # A saga that ended needs no timer; the core cancels its own, this is the backstop.
-        await conn.execute("DELETE FROM timers WHERE saga_id = ANY($1::uuid[]) "
-                           "AND event IS NULL", finished)
-    return earliest
+    return sorted(deletes), [inserts[k] for k in sorted(inserts)]
