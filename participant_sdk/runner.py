@@ -41,6 +41,7 @@ from participant_sdk.protocol import (
 )
 from participant_sdk.settings import ParticipantSettings
 from participant_sdk.startup import open_with_retry
+from participant_sdk.startup_errors import load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
@@ -407,9 +408,13 @@ def run_participant(
     """
     configure_logging(participant.name)
     configure_telemetry(participant.name)
-    resolved = settings if settings is not None else ParticipantSettings()
 
-    async def main() -> None:
+    def body() -> int:
+        resolved = settings if settings is not None else load_settings(ParticipantSettings)
+        asyncio.run(main(resolved))
+        return 0
+
+    async def main(resolved: ParticipantSettings) -> None:
         if setup is not None:
             conn = await open_with_retry(lambda: asyncpg.connect(resolved.dsn), what="Postgres")
             try:
@@ -419,4 +424,7 @@ def run_participant(
         runner = ParticipantRunner(participant, resolved, metrics=metrics or ParticipantMetrics())
         await runner.run()
 
-    asyncio.run(main())
+    code = run_cli(body, prog=participant.name, postgres_var="SAGAFLOW_PARTICIPANT_DSN",
+                   kafka_var="SAGAFLOW_PARTICIPANT_KAFKA_BOOTSTRAP")
+    if code:
+        raise SystemExit(code)

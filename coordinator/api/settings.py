@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 
 from coordinator.settings import CoordinatorSettings
+from participant_sdk.durations import Duration
 
 __all__ = ["ApiSettings"]
 
@@ -26,6 +27,6 @@ class ApiSettings(CoordinatorSettings):
     #: Run the bulk-repair job runner in this process.
     api_run_jobs: bool = True
     #: How long a runner owns a claimed job without renewing its lease.
-    api_job_lease: timedelta = timedelta(seconds=30)
+    api_job_lease: Duration = timedelta(seconds=30)
     #: How often the runner looks for unfinished jobs when nothing woke it.
-    api_job_poll: timedelta = timedelta(seconds=2)
+    api_job_poll: Duration = timedelta(seconds=2)

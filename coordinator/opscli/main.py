@@ -18,6 +18,7 @@ import httpx
 
 from coordinator.opscli import schedules
 from coordinator.opscli.render import render_dead, render_history, render_job, render_saga, table
+from participant_sdk.version import version_line
 
 __all__ = ["main"]
 
@@ -246,17 +247,32 @@ def _add_repair_options(p: argparse.ArgumentParser, verb: str) -> None:
                        choices=["completed", "compensated"], help="resolve: the final status")
 
 
+def _global_flags(p: argparse.ArgumentParser, *, with_defaults: bool) -> None:
+    """Where and how to call the API; accepted before or after the command."""
+    def default(value: Any) -> Any:
+        return value if with_defaults else argparse.SUPPRESS
+
+    p.add_argument("--url", default=default(os.environ.get("SAGAFLOW_API_URL",
+                                                           "http://127.0.0.1:8080")),
+                   help="the operator API (SAGAFLOW_API_URL; default http://127.0.0.1:8080)")
+    p.add_argument("--token", default=default(os.environ.get("SAGAFLOW_API_TOKEN")),
+                   help="bearer token (SAGAFLOW_API_TOKEN)")
+    p.add_argument("--json", action="store_true", default=default(False),
+                   help="print the API's JSON instead of a table")
+    p.add_argument("--timeout", type=float, default=default(30.0), metavar="SECONDS",
+                   help="HTTP timeout (default 30)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="saga", description="Operate sagaflow sagas.")
-    parser.add_argument("--url", default=os.environ.get("SAGAFLOW_API_URL",
-                                                        "http://127.0.0.1:8080"))
-    parser.add_argument("--token", default=os.environ.get("SAGAFLOW_API_TOKEN"))
-    parser.add_argument("--json", action="store_true", help="print the API's JSON")
-    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--version", action="version", version=version_line("saga"))
+    _global_flags(parser, with_defaults=True)
+    flags = argparse.ArgumentParser(add_help=False)
+    _global_flags(flags, with_defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Handler, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
+        p = sub.add_parser(name, help=help, description=help, parents=[flags])
         p.set_defaults(fn=fn)
         return p
 
