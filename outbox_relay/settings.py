@@ -61,6 +61,7 @@ class RelaySettings(BaseSettings):
     linger_ms: int = Field(default=0, ge=0)
     #: Serve Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
+    #: Address the metrics endpoint binds.
     metrics_addr: str = "0.0.0.0"
     #: LISTEN for the optional writer hint on ``sagaflow_outbox`` (cheap for the relay).
     listen: bool = True

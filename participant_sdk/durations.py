@@ -40,6 +40,8 @@ def parse_duration(text: str) -> timedelta:
 def format_duration(value: timedelta) -> str:
     """The shortest form ``parse_duration`` reads back: ``5m``, ``250ms``, ``0s``."""
     ms = round(value.total_seconds() * 1000)
+    if ms == 0:
+        return "0s"
     for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         if ms and ms % size == 0:
             return f"{ms // size}{unit}"

@@ -22,7 +22,9 @@ class ApiSettings(CoordinatorSettings):
     api_tokens: SecretStr = SecretStr("")
     #: A file of ``name:role:token`` lines (``#`` comments), read at start.
     api_tokens_file: Path | None = None
+    #: Address the API binds: ``0.0.0.0`` to be reachable from other hosts or containers.
     api_host: str = "127.0.0.1"
+    #: Port the API serves on.
     api_port: int = Field(default=8080, ge=0, le=65535)
     #: Run the bulk-repair job runner in this process.
     api_run_jobs: bool = True

@@ -68,6 +68,7 @@ class ObservabilitySettings(BaseSettings):
 
     #: Serve Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: Address the metrics endpoint binds.
     metrics_addr: str = "0.0.0.0"
     #: How often the in-flight, dead, dead-letter, outbox and stuck gauges are refreshed.
     observe_interval: Duration = timedelta(seconds=15)
