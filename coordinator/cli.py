@@ -1,5 +1,5 @@
-"""``sagaflow-coordinator <verb>`` (``python -m coordinator``): migrate, worker, api, verify,
-compact, diagram.
+"""``sagaflow-coordinator <verb>`` (``python -m coordinator``): migrate, worker, api, topics,
+verify, compact, diagram.
 
 Each verb is one small function; options override ``SAGAFLOW_*`` environment settings (the
 configuration reference, ``docs/configuration.md``, lists them). The worker and the API need
@@ -113,6 +113,21 @@ async def cmd_api(args: argparse.Namespace, settings: CoordinatorSettings) -> in
     return 0
 
 
+async def cmd_topics(args: argparse.Namespace, settings: CoordinatorSettings) -> int:
+    from coordinator.topics import ensure_topics, saga_topics
+
+    topics = saga_topics(_registry(settings).types())
+    if args.dry_run:
+        print("\n".join(topics))
+        return 0
+    made = await ensure_topics(settings.kafka_bootstrap, settings.kafka_security, topics,
+                               partitions=args.partitions,
+                               replication_factor=args.replication_factor)
+    for topic, created in made.items():
+        print(f"{topic}: {'created' if created else 'exists'}")
+    return 0
+
+
 async def cmd_verify(args: argparse.Namespace, settings: CoordinatorSettings) -> int:
     from coordinator.store import SagaStore
 
@@ -172,6 +187,17 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--group-id", dest="group_id",
                         help="Kafka consumer group of the workers (SAGAFLOW_GROUP_ID)")
     worker.add_argument("--migrate", action="store_true", help="apply migrations first")
+    topics = verb("topics", cmd_topics, "create the reply and command topics of the saga types "
+                  "(SAGAFLOW_KAFKA_* for TLS and SASL)")
+    topics.add_argument("--kafka-bootstrap", dest="kafka_bootstrap",
+                        help="Kafka bootstrap servers (SAGAFLOW_KAFKA_BOOTSTRAP)")
+    topics.add_argument("--partitions", type=int, default=12,
+                        help="partitions of each new topic (default 12; one saga's messages "
+                        "always share a partition)")
+    topics.add_argument("--replication-factor", type=int, default=3, dest="replication_factor",
+                        help="replicas of each new topic (default 3; 1 on a one-broker cluster)")
+    topics.add_argument("--dry-run", action="store_true", dest="dry_run",
+                        help="print the topic names, create nothing")
     verify = verb("verify", cmd_verify, "replay sagas' history and compare to the snapshot")
     verify.add_argument("saga_id", nargs="+", type=UUID, help="saga ids")
     compact = verb("compact", cmd_compact, "write replay checkpoints")
@@ -184,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     api = verb("api", cmd_api, "serve the operator HTTP API (SAGAFLOW_API_*)")
     api.add_argument("--host", help="bind address (SAGAFLOW_API_HOST)")
     api.add_argument("--port", type=int, help="port (SAGAFLOW_API_PORT)")
-    for sub in (worker, verify, compact, api):
+    for sub in (worker, topics, verify, compact, api):
         sub.add_argument("--saga", action="append", metavar="MODULE:CLASS",
                          help="saga class to load (repeatable; SAGAFLOW_SAGAS)")
         if sub is not worker:

@@ -34,6 +34,7 @@ def _sections() -> list[tuple[str, str, type[BaseSettings]]]:
     from coordinator.settings import CoordinatorSettings
     from coordinator.ui.settings import UiSettings
     from outbox_relay.settings import RelaySettings
+    from participant_sdk.kafka_security import KafkaSecurity
     from participant_sdk.settings import ParticipantSettings
 
     return [
@@ -44,6 +45,8 @@ def _sections() -> list[tuple[str, str, type[BaseSettings]]]:
         ("Web console", "the API process", UiSettings),
         ("Relay", "`sagaflow-relay`", RelaySettings),
         ("Participant", "a participant service (`run_participant`)", ParticipantSettings),
+        ("Kafka TLS and SASL", "every Kafka client: the worker, the relay, participants and "
+         "`sagaflow-coordinator topics`", KafkaSecurity),
     ]
 
 
@@ -107,7 +110,8 @@ def _table(cls: type[BaseSettings], skip: set[str]) -> list[str]:
     docs = field_docs(cls)
     rows = ["| Variable | Type | Default | Meaning |", "|---|---|---|---|"]
     for name, info in cls.model_fields.items():
-        if name in skip:
+        nested = isinstance(info.annotation, type) and issubclass(info.annotation, BaseSettings)
+        if name in skip or nested:
             continue
         names = env_names(cls, name)
         variable = " or ".join(f"`{n}`" for n in names)
@@ -131,7 +135,9 @@ def render() -> str:
         "",
         "A **duration** is `250ms`, `5s`, `1.5m`, `2h`, `7d`, plain seconds (`90`, `0.2`) or "
         "ISO 8601 (`PT10S`). A DSN is passed to asyncpg as given (libpq URL or key/value "
-        "form, several hosts and `target_session_attrs` included).",
+        "form, several hosts and `target_session_attrs` included); for TLS to Postgres put "
+        "`sslmode=verify-full&sslrootcert=/path/ca.pem` (and `sslcert`, `sslkey` for a client "
+        "certificate) in the DSN.",
     ]
     seen: set[str] = set()
     for title, who, cls in _sections():

@@ -9,7 +9,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from participant_sdk.durations import Duration
+from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.startup_errors import load_settings
 
 __all__ = ["CoordinatorSettings"]
 
@@ -23,6 +25,9 @@ class CoordinatorSettings(BaseSettings):
     dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     #: Kafka bootstrap servers, comma-separated.
     kafka_bootstrap: str = "127.0.0.1:9092"
+    #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see
+    #: :class:`~participant_sdk.kafka_security.KafkaSecurity`).
+    kafka_security: KafkaSecurity = Field(default_factory=lambda: load_settings(KafkaSecurity))
     #: Prefix of every topic (``<prefix>.replies``, ``<prefix>.<participant>.commands``).
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     #: Kafka consumer group shared by every worker replica.

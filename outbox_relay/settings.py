@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox_relay.schema import DEFAULT_SHARD_COUNT
 from participant_sdk.durations import Duration
+from participant_sdk.kafka_security import KafkaSecurity
+from participant_sdk.startup_errors import load_settings
 
 
 class RelaySettings(BaseSettings):
@@ -30,6 +32,9 @@ class RelaySettings(BaseSettings):
         validation_alias=AliasChoices("SAGAFLOW_RELAY_KAFKA_BOOTSTRAP", "SAGAFLOW_KAFKA_BOOTSTRAP",
                                       "kafka_bootstrap"),
     )
+    #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see
+    #: :class:`~participant_sdk.kafka_security.KafkaSecurity`).
+    kafka_security: KafkaSecurity = Field(default_factory=lambda: load_settings(KafkaSecurity))
     #: Shard count used when this relay installs the schema; the installed count wins after.
     shard_count: int = Field(default=DEFAULT_SHARD_COUNT, ge=1, le=32767)
     #: Rows claimed and published per batch.

@@ -139,6 +139,7 @@ class ParticipantRunner:
             enable_idempotence=True,
             acks="all",
             client_id=f"sagaflow-participant-{self.name}",
+            **s.kafka_security.client_kwargs(),
         )
         await open_with_retry(self._producer.start, what="Kafka")
         self._consumer = AIOKafkaConsumer(
@@ -148,6 +149,7 @@ class ParticipantRunner:
             auto_offset_reset="earliest",
             client_id=f"sagaflow-participant-{self.name}",
             max_poll_records=s.max_in_flight,
+            **s.kafka_security.client_kwargs(),
         )
         self._consumer.subscribe([self.topic], listener=_Listener(self))
         await open_with_retry(self._consumer.start, what="Kafka")

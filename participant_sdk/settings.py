@@ -9,7 +9,9 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from participant_sdk.durations import Duration
+from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.startup_errors import load_settings
 
 
 class ParticipantSettings(BaseSettings):
@@ -28,6 +30,9 @@ class ParticipantSettings(BaseSettings):
             "SAGAFLOW_PARTICIPANT_KAFKA_BOOTSTRAP", "SAGAFLOW_KAFKA_BOOTSTRAP", "kafka_bootstrap"
         ),
     )
+    #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see
+    #: :class:`~participant_sdk.kafka_security.KafkaSecurity`).
+    kafka_security: KafkaSecurity = Field(default_factory=lambda: load_settings(KafkaSecurity))
     #: Prefix of topic names (see ``protocol.command_topic``).
     topic_prefix: str = Field(
         default=DEFAULT_TOPIC_PREFIX,

@@ -60,6 +60,9 @@ def _describe(cls: type[BaseSettings], exc: ValidationError) -> str:
             lines.append(f"{name} is not set")
             continue
         message = str(err["msg"]).removeprefix("Value error, ")
+        if not where:
+            lines.append(message)
+            continue
         if field is not None and not _is_secret(cls, field) and "not a duration" not in message:
             message += f" (got {err['input']!r})"
         lines.append(f"{name}: {message}")

@@ -15,12 +15,13 @@ from coordinator.settings import CoordinatorSettings
 from coordinator.ui.settings import UiSettings
 from outbox_relay.settings import RelaySettings
 from participant_sdk.durations import format_duration, parse_duration
+from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.settings import ParticipantSettings
 from participant_sdk.startup_errors import SettingsError, explain, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_SETTINGS = (CoordinatorSettings, ApiSettings, ObservabilitySettings, UiSettings,
-                RelaySettings, ParticipantSettings)
+                RelaySettings, ParticipantSettings, KafkaSecurity)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
