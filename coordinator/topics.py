@@ -14,7 +14,6 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordinator.engine.compiled import CompiledSaga, StepKind
 from participant_sdk.kafka_security import KafkaSecurity
-from participant_sdk.startup import open_with_retry
 
 __all__ = ["ensure_topics", "saga_topics"]
 
@@ -34,7 +33,7 @@ async def ensure_topics(bootstrap: str, security: KafkaSecurity, topics: Iterabl
     """Create the missing topics; returns each topic and whether this call created it."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="sagaflow-topics",
                                 **security.client_kwargs())
-    await open_with_retry(admin.start, what="Kafka")
+    await admin.start()  # a one-shot command: fail at once rather than wait for the broker
     try:
         existing = set(await admin.list_topics())
         wanted = list(dict.fromkeys(topics))

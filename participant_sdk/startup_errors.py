@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import asyncpg
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import AliasChoices, SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
@@ -90,6 +90,9 @@ def explain(exc: BaseException, *, postgres_var: str, kafka_var: str) -> str | N
         return f"Postgres refused the login: {exc} (check the user and password in {postgres_var})"
     if isinstance(exc, KafkaConnectionError):
         return f"cannot reach Kafka: {exc} (is it running? set {kafka_var})"
+    if isinstance(exc, KafkaError):
+        return (f"Kafka refused: {type(exc).__name__}: {exc} (check {kafka_var} and the "
+                "SAGAFLOW_KAFKA_SECURITY_PROTOCOL / _SASL_* / _SSL_* settings)")
     if isinstance(exc, OSError | asyncpg.CannotConnectNowError | TimeoutError):
         detail = str(exc) or type(exc).__name__
         return (f"cannot connect: {detail} (is the service running? set {postgres_var} and "
