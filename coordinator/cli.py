@@ -226,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return main_diagram(given[1:])
     args = _parser().parse_args(given)
-    configure_logging("sagaflow-coordinator", level=logging.DEBUG if args.verbose else None)
+    service = "sagaflow-api" if args.verb == "api" else "sagaflow-coordinator"
+    configure_logging(service, level=logging.DEBUG if args.verbose else None)
 
     def body() -> int:
         try:
