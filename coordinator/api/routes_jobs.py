@@ -6,7 +6,7 @@ import logging
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
@@ -24,7 +24,7 @@ Ctx = Annotated[Context, Depends(context)]
 
 @router.post("/repairs", status_code=202, response_model=RepairJobOut,
              summary="Start a bulk repair job")
-async def post_repair(body: BulkRepairRequest, ctx: Ctx,
+async def post_repair(body: BulkRepairRequest, ctx: Ctx, response: Response,
                       who: Annotated[Principal, Depends(require(Role.OPERATOR))]
                       ) -> RepairJobOut:
     if body.filter.is_empty():
@@ -41,6 +41,7 @@ async def post_repair(body: BulkRepairRequest, ctx: Ctx,
     audit.info("bulk %s job=%s by=%s sagas=%d reason=%r", body.verb.value, job_id, who.name,
                job.total, body.reason)
     ctx.wake_jobs()
+    response.headers["Location"] = f"/repairs/{job_id}"
     return job
 
 

@@ -37,6 +37,7 @@ async def test_bulk_job_resumes_after_restart_and_repairs_each_saga_once(api: Ap
                                     "status": "compensated", "filter": {"status": "dead"}})
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
+    assert r.headers["location"] == f"/repairs/{job_id}"
     assert r.json()["total"] == 4 and r.json()["status"] == "pending"
 
     # Runner 1 stops (as on a coordinator restart) after its second saga.

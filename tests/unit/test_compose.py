@@ -13,7 +13,8 @@ from examples.stack import SAGAS
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "kafka", "jaeger"}
-APPS = {"coordinator", "api", "relay", "payments", "inventory", "shipping", "carrier_a", "carrier_b"}
+APPS = {"coordinator", "api", "relay", "payments", "inventory", "shipping", "carrier_a",
+        "carrier_b"}
 
 
 def _compose() -> dict[str, Any]:
