@@ -146,7 +146,27 @@ def render() -> str:
                    for f in base.model_fields}
         out += ["", f"## {title}", "", f"Read by {who}.", "", *_table(cls, parents & seen)]
         seen |= set(cls.model_fields)
+    out += ["", "## Logging, tracing and the `saga` CLI", "",
+            "Read directly from the environment by every process (the CLI: by `saga`).", "",
+            "| Variable | Type | Default | Meaning |", "|---|---|---|---|",
+            *(f"| `{name}` | {kind} | {default} | {text} |"
+              for name, kind, default, text in _PLAIN)]
     return "\n".join(out) + "\n"
+
+
+_PLAIN = (
+    ("SAGAFLOW_LOG_FORMAT", "`plain` or `json`", "`plain`",
+     "One JSON object per line (service, saga and trace ids as fields), or readable lines."),
+    ("SAGAFLOW_LOG_LEVEL", "text", "`INFO`", "Root log level."),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "URL", "(unset)",
+     "Export traces over OTLP/HTTP here; unset, tracing is off (a no-op)."),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "text", "`http/protobuf`",
+     "OTLP transport; sagaflow exports over HTTP (`http/protobuf`)."),
+    ("OTEL_SERVICE_NAME", "text", "the process's name",
+     "Service name of the process's spans."),
+    ("SAGAFLOW_API_URL", "URL", "`http://127.0.0.1:8080`", "`saga`: the operator API."),
+    ("SAGAFLOW_API_TOKEN", "secret", "(unset)", "`saga`: the bearer token it sends."),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
