@@ -235,3 +235,19 @@ def test_saga_view_names_a_childs_parent_and_a_parents_children() -> None:
     text = render_saga({**base, "children": [{"saga_id": "c1", "saga_type": "ship",
                                               "status": "completed", "node": "east"}]})
     assert "child    c1 ship completed (node east)" in text
+
+
+def test_saga_view_keeps_the_whole_why_and_reads_attempts_by_phase() -> None:
+    from coordinator.opscli.render import render_dead, render_saga
+
+    why = "payments refused: the card was declined by the issuer after three 3-D Secure prompts"
+    base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "dead", "state": "dead",
+            "input": {}, "steps": [{"key": "pay", "phase": "failed",
+                                    "attempts": {"try": 3, "cancel": 1},
+                                    "last_error": {"message": why}, "result": None}]}
+    text = render_saga(base)
+    assert why in text
+    assert "try 3, cancel 1" in text and '{"try"' not in text
+    dead = render_dead({"items": [{"saga_id": "s", "saga_type": "t", "step": "pay",
+                                   "attempts": 3, "reason": why, "last_error": None}]})
+    assert why in dead
