@@ -251,3 +251,25 @@ def test_saga_view_keeps_the_whole_why_and_reads_attempts_by_phase() -> None:
     dead = render_dead({"items": [{"saga_id": "s", "saga_type": "t", "step": "pay",
                                    "attempts": 3, "reason": why, "last_error": None}]})
     assert why in dead
+
+
+def test_saga_cli_takes_its_global_flags_after_the_command_too() -> None:
+    import io
+
+    import httpx
+
+    from coordinator.opscli.main import main
+
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=[{"name": "order", "version": 1, "latest": True}])
+
+    out = io.StringIO()
+    code = main(["types", "--json", "--url", "http://api.example:9000", "--token", "t0k3n-abc"],
+                out=out, transport=httpx.MockTransport(answer))
+    assert code == 0
+    assert str(seen[0].url) == "http://api.example:9000/saga-types"
+    assert seen[0].headers["authorization"] == "Bearer t0k3n-abc"
+    assert out.getvalue().startswith("[\n")  # --json after the command was honoured
