@@ -11,8 +11,9 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import ApiError, NotFound
+from coordinator.api.job_list import list_repair_jobs
 from coordinator.api.jobs import JobTooLarge, create_job, get_job
-from coordinator.api.models import BulkRepairRequest, RepairJobOut
+from coordinator.api.models import BulkRepairRequest, RepairJobOut, RepairJobPageOut
 
 __all__ = ["router"]
 
@@ -43,6 +44,16 @@ async def post_repair(body: BulkRepairRequest, ctx: Ctx, response: Response,
     ctx.wake_jobs()
     response.headers["Location"] = f"/repairs/{job_id}"
     return job
+
+
+@router.get("/repairs", response_model=RepairJobPageOut, summary="Bulk repair jobs, newest first")
+async def get_repairs(
+    ctx: Ctx, _: Annotated[Principal, Depends(require(Role.VIEWER))],
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+) -> RepairJobPageOut:
+    async with ctx.store.pool.acquire() as conn:
+        return await list_repair_jobs(conn, limit=limit, cursor=cursor)
 
 
 @router.get("/repairs/{job_id}", response_model=RepairJobOut, summary="A bulk repair job")
