@@ -273,3 +273,15 @@ def test_saga_cli_takes_its_global_flags_after_the_command_too() -> None:
     assert str(seen[0].url) == "http://api.example:9000/saga-types"
     assert seen[0].headers["authorization"] == "Bearer t0k3n-abc"
     assert out.getvalue().startswith("[\n")  # --json after the command was honoured
+
+
+def test_a_fresh_brokers_expected_coordinator_errors_log_as_info(
+        root_logger: logging.Logger) -> None:
+    stream = io.StringIO()
+    configure_logging("svc", fmt="json", level="INFO", stream=stream)
+    group = logging.getLogger("aiokafka.consumer.group_coordinator")
+    group.error("Group Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError")
+    group.error("Error sending OffsetCommitRequest to node 1 [KafkaConnectionError: closed]")
+    expected, real = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert expected["level"] == "INFO"
+    assert real["level"] == "ERROR"
