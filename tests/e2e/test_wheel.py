@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,8 +29,14 @@ def _run(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complet
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the wheel, the clean venv's bin directory) with the wheel installed, no extras."""
     work = tmp_path_factory.mktemp("wheel")
+    # A copy without build/ and *.egg-info: setuptools puts whatever an earlier build left in
+    # build/lib into the wheel, so building in the tree could pass or fail for stale reasons.
+    source = work / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".local", ".cache", "build", "dist", "*.egg-info", "__pycache__",
+        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "results"))
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work),
-                  str(ROOT)], cwd=work)
+                  str(source)], cwd=work)
     assert built.returncode == 0, built.stderr
     (wheel,) = work.glob("*.whl")
     venv = work / "venv"
