@@ -1,5 +1,6 @@
-# One image for every sagaflow process (coordinator, relay, example participants);
-# compose.yaml picks the process with `command`.
+# One image for every sagaflow process (coordinator, relay, API, example participants);
+# compose.yaml picks the process with `command`. The example participants run from /app
+# (`python -m examples...`): they are not part of the installed wheel.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -9,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install . \
+RUN pip install -c constraints.txt '.[coordinator]' \
     && useradd --system --no-create-home sagaflow
 USER sagaflow
 

@@ -7,15 +7,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sagaflow-installed
 
-.PHONY: bootstrap services demo test lint down status
+.PHONY: bootstrap constraints services demo test lint down status
 
-## bootstrap: create the venv and install sagaflow with dev extras (again only when pyproject changes)
+## bootstrap: create the venv and install sagaflow with dev extras, at the versions pinned in
+##            constraints.txt (again only when pyproject.toml or constraints.txt changes)
 bootstrap: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $@
+
+## constraints: re-resolve the newest versions pyproject.toml allows and pin them in
+##              constraints.txt (review the diff, run make test, commit)
+constraints:
+	rm -rf .constraints-venv
+	$(PYTHON) -m venv .constraints-venv
+	.constraints-venv/bin/python -m pip install -q -e '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; .constraints-venv/bin/pip freeze --exclude-editable; } \
+		> constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .constraints-venv
 
 ## services: start Postgres, Kafka and Jaeger locally (no-op when already up)
 services: bootstrap

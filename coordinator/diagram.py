@@ -26,6 +26,7 @@ from coordinator.engine.compiled import (
     compile_saga,
 )
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.version import version_line
 
 __all__ = ["load_saga_class", "main_diagram", "mermaid"]
 
@@ -148,8 +149,10 @@ def load_saga_class(spec: str) -> type[Saga]:
 
 def main_diagram(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """CLI entry: ``module:Class [--json] [--state NAME] [--topic-prefix P]``; exit code."""
-    parser = argparse.ArgumentParser(prog="sagaflow diagram",
+    parser = argparse.ArgumentParser(prog="sagaflow-coordinator diagram",
                                      description="Draw a saga's state machine.")
+    parser.add_argument("--version", action="version",
+                        version=version_line("sagaflow-coordinator diagram"))
     parser.add_argument("saga", help="the saga class as module:Class")
     parser.add_argument("--json", action="store_true", help="print the JSON export instead")
     parser.add_argument("--state", default=None, help="highlight this state")

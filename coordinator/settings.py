@@ -8,7 +8,10 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from participant_sdk.durations import Duration
+from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.startup_errors import load_settings
 
 __all__ = ["CoordinatorSettings"]
 
@@ -22,6 +25,9 @@ class CoordinatorSettings(BaseSettings):
     dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     #: Kafka bootstrap servers, comma-separated.
     kafka_bootstrap: str = "127.0.0.1:9092"
+    #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see
+    #: :class:`~participant_sdk.kafka_security.KafkaSecurity`).
+    kafka_security: KafkaSecurity = Field(default_factory=lambda: load_settings(KafkaSecurity))
     #: Prefix of every topic (``<prefix>.replies``, ``<prefix>.<participant>.commands``).
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     #: Kafka consumer group shared by every worker replica.
@@ -34,11 +40,11 @@ class CoordinatorSettings(BaseSettings):
     reply_batch_size: int = Field(default=200, ge=1, le=10_000)
     #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are
     #: there, so this only sets how often an idle worker wakes up).
-    reply_fetch_timeout: timedelta = timedelta(seconds=1)
+    reply_fetch_timeout: Duration = timedelta(seconds=1)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.
-    timer_max_idle: timedelta = timedelta(seconds=1)
+    timer_max_idle: Duration = timedelta(seconds=1)
     #: Connection pool bounds.
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
@@ -47,14 +53,14 @@ class CoordinatorSettings(BaseSettings):
     #: ``relay_wake_interval`` (0: none) spaces hints further. Off, an idle relay finds
     #: commands at its next poll (up to its poll interval, 5 s, later).
     wake_relays: bool = True
-    relay_wake_interval: timedelta = timedelta(0)
+    relay_wake_interval: Duration = timedelta(0)
     #: How long stop() lets in-flight batches finish before cancelling them.
-    shutdown_grace: timedelta = timedelta(seconds=10)
+    shutdown_grace: Duration = timedelta(seconds=10)
     #: Checkpoint long histories every ``compact_interval`` (0, the default: off). A round
     #: takes sagas with ``compact_min_events`` events or more since their last checkpoint,
     #: at most ``compact_batch_size`` of them; ``compact_archive`` also moves the history up
     #: to the checkpoint to ``saga_history_archive``. A round holds two pool connections.
-    compact_interval: timedelta = timedelta(0)
+    compact_interval: Duration = timedelta(0)
     compact_min_events: int = Field(default=100, ge=1)
     compact_batch_size: int = Field(default=1000, ge=1, le=100_000)
     compact_archive: bool = False

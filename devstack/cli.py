@@ -1,4 +1,8 @@
-"""``python -m devstack up|down|status|env [postgres|kafka|jaeger|all]``."""
+"""``python -m devstack up|down|status|env|app-env [postgres|kafka|jaeger|all]``.
+
+``env`` prints the ``SAGAFLOW_TEST_*`` variables of the test fixtures; ``app-env`` the
+variables that point sagaflow's own processes (coordinator, API, relay) at the local services.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from devstack.errors import DevstackError
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
-    p.add_argument("command", choices=["up", "down", "status", "env"])
+    p.add_argument("command", choices=["up", "down", "status", "env", "app-env"])
     p.add_argument("service", nargs="?", default="all", choices=[*stack.NAMES, "all"])
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -33,6 +37,16 @@ def fixture_env(settings: Settings) -> dict[str, str]:
     }
 
 
+def app_env(settings: Settings) -> dict[str, str]:
+    """What ``sagaflow-coordinator``, ``sagaflow-relay`` and the API read to use these services."""
+    return {
+        "SAGAFLOW_DSN": settings.postgres_url,
+        "SAGAFLOW_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": settings.jaeger_otlp_url,
+        "SAGAFLOW_JAEGER_QUERY": settings.jaeger_query_url,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -42,8 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     settings = Settings.from_env()
-    if args.command == "env":
-        for key, value in fixture_env(settings).items():
+    if args.command in ("env", "app-env"):
+        chosen = fixture_env(settings) if args.command == "env" else app_env(settings)
+        for key, value in chosen.items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
     services = stack.select(settings, args.service)

@@ -178,9 +178,12 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
     finally:
         await conn.close()
 
-    otlp = os.environ.get("SAGAFLOW_TEST_JAEGER_OTLP")
+    # OTEL_EXPORTER_OTLP_ENDPOINT, as the README says, traces every run; devstack's Jaeger
+    # (make demo) traces the serving demo only.
+    otlp = (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or (None if once else os.environ.get("SAGAFLOW_TEST_JAEGER_OTLP")))
     telemetry = ({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_BSP_SCHEDULE_DELAY": "200"}
-                 if otlp and not once else {})
+                 if otlp else {})
     commands = stack_commands(coordinator_dsn=coordinator_dsn, service_dsns=dsns, kafka=kafka,
                               topic_prefix=prefix, env=telemetry)
     operator, viewer = secrets.token_urlsafe(16), secrets.token_urlsafe(16)

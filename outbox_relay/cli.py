@@ -1,7 +1,12 @@
-"""``python -m outbox_relay``: run one relay until SIGTERM/SIGINT."""
+"""``sagaflow-relay`` (``python -m outbox_relay``): run one relay until SIGTERM/SIGINT.
+
+Settings come from ``SAGAFLOW_RELAY_*`` environment variables (the configuration reference,
+``docs/configuration.md``, lists them); the outbox DSN falls back to ``SAGAFLOW_DSN``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -12,7 +17,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from outbox_relay.relay import Relay
 from outbox_relay.settings import RelaySettings
 from participant_sdk.logging_config import configure_logging
+from participant_sdk.startup_errors import load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
+from participant_sdk.version import version_line
 
 log = logging.getLogger("outbox_relay")
 
@@ -43,15 +50,20 @@ async def run(settings: RelaySettings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; settings come from ``SAGAFLOW_RELAY_*`` environment variables."""
-    del argv
-    configure_logging("sagaflow-relay")
-    configure_telemetry("sagaflow-relay")
-    settings = RelaySettings()
-    try:
+    parser = argparse.ArgumentParser(prog="sagaflow-relay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version_line("sagaflow-relay"))
+    parser.parse_args(argv)
+
+    def body() -> int:
+        settings = load_settings(RelaySettings)
+        configure_logging("sagaflow-relay")
+        configure_telemetry("sagaflow-relay")
         asyncio.run(run(settings))
-    except KeyboardInterrupt:
-        return 130
-    return 0
+        return 0
+
+    return run_cli(body, prog="sagaflow-relay", postgres_var="SAGAFLOW_RELAY_POSTGRES_DSN",
+                   kafka_var="SAGAFLOW_RELAY_KAFKA_BOOTSTRAP")
 
 
 if __name__ == "__main__":

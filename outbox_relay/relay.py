@@ -127,6 +127,7 @@ def producer_config(settings: RelaySettings) -> dict[str, Any]:
         "max_batch_size": settings.producer_batch_bytes,
         "max_request_size": settings.max_request_size,
         "client_id": settings.relay_id,
+        **settings.kafka_security.client_kwargs(),
     }
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox_relay.schema import DEFAULT_SHARD_COUNT
+from participant_sdk.durations import Duration
+from participant_sdk.kafka_security import KafkaSecurity
+from participant_sdk.startup_errors import load_settings
 
 
 class RelaySettings(BaseSettings):
@@ -16,10 +19,22 @@ class RelaySettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SAGAFLOW_RELAY_", frozen=True, extra="ignore")
 
-    #: Postgres DSN of the database holding the outbox.
-    postgres_dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    #: Postgres DSN of the database holding the outbox: the coordinator's database, so the
+    #: coordinator's ``SAGAFLOW_DSN`` is read when the relay's own variable is unset.
+    postgres_dsn: str = Field(
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        validation_alias=AliasChoices("SAGAFLOW_RELAY_POSTGRES_DSN", "SAGAFLOW_DSN",
+                                      "postgres_dsn"),
+    )
     #: Kafka bootstrap servers, comma separated.
-    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:9092",
+        validation_alias=AliasChoices("SAGAFLOW_RELAY_KAFKA_BOOTSTRAP", "SAGAFLOW_KAFKA_BOOTSTRAP",
+                                      "kafka_bootstrap"),
+    )
+    #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see
+    #: :class:`~participant_sdk.kafka_security.KafkaSecurity`).
+    kafka_security: KafkaSecurity = Field(default_factory=lambda: load_settings(KafkaSecurity))
     #: Shard count used when this relay installs the schema; the installed count wins after.
     shard_count: int = Field(default=DEFAULT_SHARD_COUNT, ge=1, le=32767)
     #: Rows claimed and published per batch.
@@ -29,17 +44,17 @@ class RelaySettings(BaseSettings):
     #: only bounds how late it finds rows of a writer that sends no hint; without ``listen``
     #: the poll backs off from ``min_poll_interval`` up to this. Idle, a LISTENing relay runs
     #: one claim per ``poll_interval`` and its shard check per ``rebalance_interval``.
-    poll_interval: dt.timedelta = dt.timedelta(seconds=5)
+    poll_interval: Duration = dt.timedelta(seconds=5)
     #: Sleep while batches are in flight (their acks are settled at the next turn).
-    min_poll_interval: dt.timedelta = dt.timedelta(milliseconds=5)
+    min_poll_interval: Duration = dt.timedelta(milliseconds=5)
     #: How often shard ownership is checked against the live relays.
-    rebalance_interval: dt.timedelta = dt.timedelta(seconds=1)
+    rebalance_interval: Duration = dt.timedelta(seconds=1)
     #: How often outbox lag and backlog gauges are refreshed.
-    lag_interval: dt.timedelta = dt.timedelta(seconds=2)
+    lag_interval: Duration = dt.timedelta(seconds=2)
     #: Longest wait for Kafka to acknowledge one batch before it is treated as a transient failure.
-    publish_timeout: dt.timedelta = dt.timedelta(seconds=30)
+    publish_timeout: Duration = dt.timedelta(seconds=30)
     #: Longest wait for the batch in flight when stopping.
-    shutdown_timeout: dt.timedelta = dt.timedelta(seconds=20)
+    shutdown_timeout: Duration = dt.timedelta(seconds=20)
     #: Largest serialised record the producer accepts; keep it below the broker's
     #: ``message.max.bytes`` so oversized rows fail fast, before anything is sent.
     max_request_size: int = Field(default=1_000_000, ge=1024)
@@ -51,6 +66,7 @@ class RelaySettings(BaseSettings):
     linger_ms: int = Field(default=0, ge=0)
     #: Serve Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
+    #: Address the metrics endpoint binds.
     metrics_addr: str = "0.0.0.0"
     #: LISTEN for the optional writer hint on ``sagaflow_outbox`` (cheap for the relay).
     listen: bool = True
@@ -60,22 +76,3 @@ class RelaySettings(BaseSettings):
     install_schema: bool = True
     #: Name of this relay in logs, the shard table and pg_stat_activity.
     relay_id: str = Field(default_factory=lambda: f"relay-{uuid.uuid4().hex[:8]}")
-
-    @field_validator(
-        "poll_interval",
-        "min_poll_interval",
-        "rebalance_interval",
-        "lag_interval",
-        "publish_timeout",
-        "shutdown_timeout",
-        mode="before",
-    )
-    @classmethod
-    def _seconds(cls, value: object) -> object:
-        """Accept plain seconds (``"0.5"``) from the environment as well as ISO 8601."""
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return value
-        return value

@@ -1,4 +1,5 @@
-"""``python -m participant_sdk``: install the barrier tables, purge old barrier rows."""
+"""``sagaflow-barrier`` (``python -m participant_sdk``): a participant database's barrier and
+dead-letter tables: install them, purge old barrier rows."""
 
 from __future__ import annotations
 
@@ -13,18 +14,21 @@ import asyncpg
 
 from participant_sdk.barrier import install_barrier, purge_barrier
 from participant_sdk.dead_letters import install_dead_letters
+from participant_sdk.durations import parse_duration
+from participant_sdk.startup_errors import run_cli
+from participant_sdk.version import version_line
 
 
 def _age(text: str) -> timedelta:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    unit = text[-1:].lower()
-    if unit in units:
-        return timedelta(seconds=float(text[:-1]) * units[unit])
-    return timedelta(seconds=float(text))
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m participant_sdk", description=__doc__)
+    parser = argparse.ArgumentParser(prog="sagaflow-barrier", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_line("sagaflow-barrier"))
     sub = parser.add_subparsers(dest="command", required=True)
     dsn_help = "participant database URL (default: $SAGAFLOW_PARTICIPANT_DSN)"
     install = sub.add_parser("install-barrier", help="create the barrier and dead-letter tables")
@@ -37,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("--dsn is required (or set SAGAFLOW_PARTICIPANT_DSN)")
-    return asyncio.run(_run(args))
+    return run_cli(lambda: asyncio.run(_run(args)), prog="sagaflow-barrier",
+                   postgres_var="--dsn / SAGAFLOW_PARTICIPANT_DSN")
 
 
 async def _run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "JsonFormatter",
     "PlainFormatter",
     "SagaContextFilter",
+    "StartupNoiseFilter",
     "configure_logging",
     "current_saga_id",
     "saga_context",
@@ -115,6 +116,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class StartupNoiseFilter(logging.Filter):
+    """aiokafka logs ERROR while a fresh broker creates its offsets topic
+    (``GroupCoordinatorNotAvailableError``, which it retries); a normal first start shows
+    that as INFO. Every other aiokafka error keeps its level."""
+
+    _EXPECTED = ("GroupCoordinatorNotAvailableError",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (record.levelno == logging.ERROR and record.name.startswith("aiokafka")
+                and any(e in record.getMessage() for e in self._EXPECTED)):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def configure_logging(
     service: str | None = None,
     *,
@@ -133,6 +148,7 @@ def configure_logging(
         resolved = resolved.upper()
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.addFilter(SagaContextFilter())
+    handler.addFilter(StartupNoiseFilter())
     if chosen == "json":
         handler.setFormatter(JsonFormatter(service))
     else:

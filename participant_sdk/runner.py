@@ -41,6 +41,7 @@ from participant_sdk.protocol import (
 )
 from participant_sdk.settings import ParticipantSettings
 from participant_sdk.startup import open_with_retry
+from participant_sdk.startup_errors import load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
@@ -138,6 +139,7 @@ class ParticipantRunner:
             enable_idempotence=True,
             acks="all",
             client_id=f"sagaflow-participant-{self.name}",
+            **s.kafka_security.client_kwargs(),
         )
         await open_with_retry(self._producer.start, what="Kafka")
         self._consumer = AIOKafkaConsumer(
@@ -147,6 +149,7 @@ class ParticipantRunner:
             auto_offset_reset="earliest",
             client_id=f"sagaflow-participant-{self.name}",
             max_poll_records=s.max_in_flight,
+            **s.kafka_security.client_kwargs(),
         )
         self._consumer.subscribe([self.topic], listener=_Listener(self))
         await open_with_retry(self._consumer.start, what="Kafka")
@@ -407,9 +410,13 @@ def run_participant(
     """
     configure_logging(participant.name)
     configure_telemetry(participant.name)
-    resolved = settings if settings is not None else ParticipantSettings()
 
-    async def main() -> None:
+    def body() -> int:
+        resolved = settings if settings is not None else load_settings(ParticipantSettings)
+        asyncio.run(main(resolved))
+        return 0
+
+    async def main(resolved: ParticipantSettings) -> None:
         if setup is not None:
             conn = await open_with_retry(lambda: asyncpg.connect(resolved.dsn), what="Postgres")
             try:
@@ -419,4 +426,7 @@ def run_participant(
         runner = ParticipantRunner(participant, resolved, metrics=metrics or ParticipantMetrics())
         await runner.run()
 
-    asyncio.run(main())
+    code = run_cli(body, prog=participant.name, postgres_var="SAGAFLOW_PARTICIPANT_DSN",
+                   kafka_var="SAGAFLOW_PARTICIPANT_KAFKA_BOOTSTRAP")
+    if code:
+        raise SystemExit(code)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from participant_sdk.durations import Duration
+from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.startup_errors import load_settings
 
 
 class ParticipantSettings(BaseSettings):
@@ -28,6 +30,9 @@ class ParticipantSettings(BaseSettings):
             "SAGAFLOW_PARTICIPANT_KAFKA_BOOTSTRAP", "SAGAFLOW_KAFKA_BOOTSTRAP", "kafka_bootstrap"
         ),
     )
+    #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see
+    #: :class:`~participant_sdk.kafka_security.KafkaSecurity`).
+    kafka_security: KafkaSecurity = Field(default_factory=lambda: load_settings(KafkaSecurity))
     #: Prefix of topic names (see ``protocol.command_topic``).
     topic_prefix: str = Field(
         default=DEFAULT_TOPIC_PREFIX,
@@ -44,13 +49,13 @@ class ParticipantSettings(BaseSettings):
     #: Database pool size (one connection per busy lane is enough).
     pool_size: int = Field(default=10, ge=1)
     #: How long shutdown waits for in-flight commands before giving up on them.
-    drain_timeout: timedelta = timedelta(seconds=10)
+    drain_timeout: Duration = timedelta(seconds=10)
     #: How often finished offsets are committed.
-    commit_interval: timedelta = timedelta(milliseconds=200)
+    commit_interval: Duration = timedelta(milliseconds=200)
     #: Local retries of transient failures (connection loss, 40001, 40P01) per command.
     retry_attempts: int = Field(default=5, ge=1)
-    retry_initial: timedelta = timedelta(milliseconds=50)
-    retry_max: timedelta = timedelta(seconds=2)
+    retry_initial: Duration = timedelta(milliseconds=50)
+    retry_max: Duration = timedelta(seconds=2)
     #: Create the barrier and dead-letter tables at start if absent.
     install_schema: bool = True
     #: Serve Prometheus ``/metrics`` on this port when set.
@@ -58,16 +63,3 @@ class ParticipantSettings(BaseSettings):
     #: TEST ONLY: when set and the file does not exist, the process creates it and kills
     #: itself with SIGKILL right after the first committed command, before replying.
     crash_after_commit_flag: Path | None = None
-
-    @field_validator(
-        "drain_timeout", "commit_interval", "retry_initial", "retry_max", mode="before"
-    )
-    @classmethod
-    def _seconds(cls, value: Any) -> Any:
-        """Accept plain seconds (``"5"``, ``"0.2"``) from the environment, and ISO 8601."""
-        if isinstance(value, str):
-            try:
-                return timedelta(seconds=float(value))
-            except ValueError:
-                return value
-        return value

@@ -16,6 +16,7 @@ from coordinator.api.errors import install_error_handlers
 from coordinator.api.jobs import RepairJobRunner
 from coordinator.api.routes_asyncapi import router as asyncapi_router
 from coordinator.api.routes_dead_letters import router as dead_letters_router
+from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
@@ -109,6 +110,7 @@ def create_app(
     app.include_router(verify_router)
     app.include_router(dead_letters_router)
     app.include_router(asyncapi_router)
+    app.include_router(health_router)
     mount_observability(app, metrics=metrics)
     from coordinator.ui import mount_ui  # the UI imports the API's modules: import it late
 

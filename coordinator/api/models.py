@@ -22,6 +22,8 @@ __all__ = [
     "HistoryOut",
     "OutboxDeadLetterOut",
     "RepairJobOut",
+    "RepairJobPageOut",
+    "RepairJobSummary",
     "ResolveRequest",
     "RetryRequest",
     "SagaDetail",
@@ -476,3 +478,22 @@ def history_entry(h: HistoryRecord) -> HistoryEntryOut:
     return HistoryEntryOut(seq=h.seq, type=str(event.get("type")), recorded_at=h.recorded_at,
                            actor=h.actor, reason=event.get("reason"), annotation=h.annotation,
                            ignored=h.ignored, event=event)
+
+
+class RepairJobSummary(BaseModel):
+    """One bulk repair job in ``GET /repairs`` (``GET /repairs/{id}`` has its items)."""
+
+    job_id: UUID
+    verb: RepairVerb
+    reason: str
+    actor: str
+    status: str
+    total: int
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RepairJobPageOut(BaseModel):
+    items: list[RepairJobSummary]
+    #: Pass back as ``cursor`` for the next page; null on the last one.
+    next_cursor: str | None

@@ -21,7 +21,7 @@ from coordinator.api.models import ChildOut, SagaFilter, SagaSort
 from coordinator.store import SagaRecord
 from coordinator.store.queries import SAGA_COLUMNS, list_children, saga_records
 
-__all__ = ["Page", "children_of", "list_sagas", "matching_ids"]
+__all__ = ["Page", "children_of", "decode_cursor", "encode_cursor", "list_sagas", "matching_ids"]
 
 
 
@@ -69,12 +69,12 @@ def _where(f: SagaFilter, now: datetime, stuck_ids: Collection[UUID]) -> _Where:
     return w
 
 
-def _encode(sort: SagaSort, value: datetime, saga_id: UUID) -> str:
+def encode_cursor(sort: SagaSort, value: datetime, saga_id: UUID) -> str:
     raw = json.dumps({"s": sort.value, "v": value.isoformat(), "id": str(saga_id)})
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode(cursor: str, sort: SagaSort) -> tuple[datetime, UUID]:
+def decode_cursor(cursor: str, sort: SagaSort) -> tuple[datetime, UUID]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode()).decode())
@@ -109,7 +109,7 @@ async def list_sagas(
     if id_range is not None:
         w.add("id BETWEEN {0} AND {1}", *id_range)
     if cursor is not None:
-        at, sid = _decode(cursor, sort)
+        at, sid = decode_cursor(cursor, sort)
         w.add(f"({column}, id) {'<' if descending else '>'} ({{0}}, {{1}})", at, sid)
     direction = "DESC" if descending else "ASC"
     w.args.append(limit + 1)
@@ -124,7 +124,7 @@ async def list_sagas(
         last = items[-1]
         value = {"created_at": last.created_at, "updated_at": last.updated_at,
                  "last_progress_at": last.last_progress_at}[column]
-        next_cursor = _encode(sort, value, last.saga_id)
+        next_cursor = encode_cursor(sort, value, last.saga_id)
     return Page(items, next_cursor)
 
 

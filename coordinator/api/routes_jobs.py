@@ -6,13 +6,14 @@ import logging
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import ApiError, NotFound
+from coordinator.api.job_list import list_repair_jobs
 from coordinator.api.jobs import JobTooLarge, create_job, get_job
-from coordinator.api.models import BulkRepairRequest, RepairJobOut
+from coordinator.api.models import BulkRepairRequest, RepairJobOut, RepairJobPageOut
 
 __all__ = ["router"]
 
@@ -24,7 +25,7 @@ Ctx = Annotated[Context, Depends(context)]
 
 @router.post("/repairs", status_code=202, response_model=RepairJobOut,
              summary="Start a bulk repair job")
-async def post_repair(body: BulkRepairRequest, ctx: Ctx,
+async def post_repair(body: BulkRepairRequest, ctx: Ctx, response: Response,
                       who: Annotated[Principal, Depends(require(Role.OPERATOR))]
                       ) -> RepairJobOut:
     if body.filter.is_empty():
@@ -41,7 +42,18 @@ async def post_repair(body: BulkRepairRequest, ctx: Ctx,
     audit.info("bulk %s job=%s by=%s sagas=%d reason=%r", body.verb.value, job_id, who.name,
                job.total, body.reason)
     ctx.wake_jobs()
+    response.headers["Location"] = f"/repairs/{job_id}"
     return job
+
+
+@router.get("/repairs", response_model=RepairJobPageOut, summary="Bulk repair jobs, newest first")
+async def get_repairs(
+    ctx: Ctx, _: Annotated[Principal, Depends(require(Role.VIEWER))],
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+) -> RepairJobPageOut:
+    async with ctx.store.pool.acquire() as conn:
+        return await list_repair_jobs(conn, limit=limit, cursor=cursor)
 
 
 @router.get("/repairs/{job_id}", response_model=RepairJobOut, summary="A bulk repair job")

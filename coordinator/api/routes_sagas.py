@@ -100,6 +100,7 @@ async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
                                          version=body.version, actor=f"api:{who.name}")
     if not started.created:
         response.status_code = 200
+    response.headers["Location"] = f"/sagas/{started.record.saga_id}"
     audit.info("start %s saga=%s by=%s created=%s", body.type, started.record.saga_id,
                who.name, started.created)
     return await _detail(ctx, started.record)

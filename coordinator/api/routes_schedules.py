@@ -156,12 +156,14 @@ async def list_schedules(
 
 @router.post("/schedules", response_model=ScheduleOut, status_code=201,
              summary="Create a schedule")
-async def create_schedule(body: ScheduleDefinition, ctx: Ctx, who: Operator) -> ScheduleOut:
+async def create_schedule(body: ScheduleDefinition, ctx: Ctx, who: Operator,
+                          response: Response) -> ScheduleOut:
     _check_target(ctx, body)
     with _schedule_errors():
         async with ctx.store.pool.acquire() as conn:
             state = await repo.insert(conn, body, now=ctx.now(), actor=who.name)
     audit.info("schedule create id=%s type=%s by=%s", body.id, body.saga_type, who.name)
+    response.headers["Location"] = f"/schedules/{body.id}"
     return _out(state)
 
 

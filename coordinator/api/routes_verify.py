@@ -9,7 +9,7 @@ from typing import Annotated
 from uuid import UUID
 
 import asyncpg
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
@@ -40,7 +40,8 @@ async def verify_saga(saga_id: Annotated[UUID, Path(description="The saga's id."
 
 @router.post("/verifications", status_code=202, response_model=VerifyJobOut,
              summary="Replay-verify every saga a filter matches, as a durable job")
-async def post_verification(body: VerifyRequest, ctx: Ctx, who: Operator) -> VerifyJobOut:
+async def post_verification(body: VerifyRequest, ctx: Ctx, who: Operator,
+                            response: Response) -> VerifyJobOut:
     if body.filter.is_empty():
         raise ApiError("a verify job needs at least one filter field", status=422,
                        code="empty_filter")
@@ -57,6 +58,7 @@ async def post_verification(body: VerifyRequest, ctx: Ctx, who: Operator) -> Ver
     audit.info("verify job=%s by=%s sagas=%d reason=%r", job_id, who.name, job.total,
                body.reason)
     ctx.wake_jobs()
+    response.headers["Location"] = f"/verifications/{job_id}"
     return job
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 
 from coordinator.settings import CoordinatorSettings
+from participant_sdk.durations import Duration
 
 __all__ = ["ApiSettings"]
 
@@ -21,11 +22,13 @@ class ApiSettings(CoordinatorSettings):
     api_tokens: SecretStr = SecretStr("")
     #: A file of ``name:role:token`` lines (``#`` comments), read at start.
     api_tokens_file: Path | None = None
+    #: Address the API binds: ``0.0.0.0`` to be reachable from other hosts or containers.
     api_host: str = "127.0.0.1"
+    #: Port the API serves on.
     api_port: int = Field(default=8080, ge=0, le=65535)
     #: Run the bulk-repair job runner in this process.
     api_run_jobs: bool = True
     #: How long a runner owns a claimed job without renewing its lease.
-    api_job_lease: timedelta = timedelta(seconds=30)
+    api_job_lease: Duration = timedelta(seconds=30)
     #: How often the runner looks for unfinished jobs when nothing woke it.
-    api_job_poll: timedelta = timedelta(seconds=2)
+    api_job_poll: Duration = timedelta(seconds=2)

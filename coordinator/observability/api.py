@@ -102,5 +102,5 @@ def mount_observability(
     if enabled():
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-        FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,healthz")
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,healthz,readyz")
     return chosen

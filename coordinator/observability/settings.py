@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from participant_sdk.durations import Duration, parse_duration
+
 __all__ = ["ObservabilitySettings", "StuckPolicy", "parse_duration", "parse_thresholds"]
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``"250ms"``, ``"60s"``, ``"5m"``, ``"1h"``, ``"2d"`` or plain seconds (``"90"``)."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 60s, 5m, 1h)")
-    return timedelta(seconds=float(match[1]) * _UNIT[match[2] or "s"])
-
 
 def parse_thresholds(text: str) -> dict[str, timedelta]:
     """``"order=300s,order.reserve_funds=60s"`` -> ``{"order": 300s, "order.reserve_funds": 60s}``.
@@ -79,22 +68,18 @@ class ObservabilitySettings(BaseSettings):
 
     #: Serve Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: Address the metrics endpoint binds.
     metrics_addr: str = "0.0.0.0"
     #: How often the in-flight, dead, dead-letter, outbox and stuck gauges are refreshed.
-    observe_interval: timedelta = timedelta(seconds=15)
+    observe_interval: Duration = timedelta(seconds=15)
     #: Default no-progress threshold (``SAGAFLOW_STUCK_AFTER=5m``).
-    stuck_after: timedelta = timedelta(minutes=5)
+    stuck_after: Duration = timedelta(minutes=5)
     #: Per type / step thresholds: ``SAGAFLOW_STUCK_THRESHOLDS="order=300s,order.pay=60s"``.
     stuck_thresholds: Annotated[dict[str, timedelta], NoDecode] = Field(default_factory=dict)
     #: Retries of the current phase that flag a saga as stuck (0: off).
     stuck_retries: int = Field(default=3, ge=0)
     #: Most stuck sagas one scan looks at (gauges count at most this many).
     stuck_scan_limit: int = Field(default=1000, ge=1)
-
-    @field_validator("observe_interval", "stuck_after", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("stuck_thresholds", mode="before")
     @classmethod

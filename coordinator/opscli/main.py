@@ -18,6 +18,7 @@ import httpx
 
 from coordinator.opscli import schedules
 from coordinator.opscli.render import render_dead, render_history, render_job, render_saga, table
+from participant_sdk.version import version_line
 
 __all__ = ["main"]
 
@@ -220,14 +221,17 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
 
 def _add_filter(p: argparse.ArgumentParser) -> None:
     p.add_argument("--type", help="saga type")
-    p.add_argument("--version", type=int)
+    p.add_argument("--version", type=int, help="saga type version")
     p.add_argument("--status", choices=["running", "completed", "compensating", "compensated",
-                                        "dead", "cancelled"])
-    p.add_argument("--current-step", dest="current_step")
-    p.add_argument("--min-age", dest="min_age_seconds", type=float, metavar="SECONDS")
-    p.add_argument("--max-age", dest="max_age_seconds", type=float, metavar="SECONDS")
+                                        "dead", "cancelled"], help="saga status")
+    p.add_argument("--current-step", dest="current_step", help="the step a saga is at")
+    p.add_argument("--min-age", dest="min_age_seconds", type=float, metavar="SECONDS",
+                   help="started at least this long ago")
+    p.add_argument("--max-age", dest="max_age_seconds", type=float, metavar="SECONDS",
+                   help="started at most this long ago")
     p.add_argument("--stuck", action="store_true", help="only stuck sagas")
-    p.add_argument("--min-retries", dest="min_retries", type=int)
+    p.add_argument("--min-retries", dest="min_retries", type=int,
+                   help="some step retried at least this many times")
 
 
 def _add_repair_options(p: argparse.ArgumentParser, verb: str) -> None:
@@ -246,47 +250,65 @@ def _add_repair_options(p: argparse.ArgumentParser, verb: str) -> None:
                        choices=["completed", "compensated"], help="resolve: the final status")
 
 
+def _global_flags(p: argparse.ArgumentParser, *, with_defaults: bool) -> None:
+    """Where and how to call the API; accepted before or after the command."""
+    def default(value: Any) -> Any:
+        return value if with_defaults else argparse.SUPPRESS
+
+    p.add_argument("--url", default=default(os.environ.get("SAGAFLOW_API_URL",
+                                                           "http://127.0.0.1:8080")),
+                   help="the operator API (SAGAFLOW_API_URL; default http://127.0.0.1:8080)")
+    p.add_argument("--token", default=default(os.environ.get("SAGAFLOW_API_TOKEN")),
+                   help="bearer token (SAGAFLOW_API_TOKEN)")
+    p.add_argument("--json", action="store_true", default=default(False),
+                   help="print the API's JSON instead of a table")
+    p.add_argument("--timeout", type=float, default=default(30.0), metavar="SECONDS",
+                   help="HTTP timeout (default 30)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="saga", description="Operate sagaflow sagas.")
-    parser.add_argument("--url", default=os.environ.get("SAGAFLOW_API_URL",
-                                                        "http://127.0.0.1:8080"))
-    parser.add_argument("--token", default=os.environ.get("SAGAFLOW_API_TOKEN"))
-    parser.add_argument("--json", action="store_true", help="print the API's JSON")
-    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--version", action="version", version=version_line("saga"))
+    _global_flags(parser, with_defaults=True)
+    flags = argparse.ArgumentParser(add_help=False)
+    _global_flags(flags, with_defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Handler, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
+        p = sub.add_parser(name, help=help, description=help, parents=[flags])
         p.set_defaults(fn=fn)
         return p
 
     p = add("list", cmd_list, "list sagas")
     _add_filter(p)
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--sort", default="-created_at")
-    p.add_argument("--cursor")
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--sort", default="-created_at",
+                   help="field, '-' for descending (default -created_at)")
+    p.add_argument("--cursor", help="the next_cursor of the previous page")
     for name, fn, text in (("show", cmd_show, "a saga's status and steps"),
                            ("history", cmd_history, "a saga's event history"),
                            ("diagram", cmd_diagram, "a saga's Mermaid diagram")):
-        add(name, fn, text).add_argument("saga_id")
+        add(name, fn, text).add_argument("saga_id", help="saga id (UUID)")
     p = add("dead", cmd_dead, "the dead-saga queue")
-    p.add_argument("--type")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--type", help="saga type")
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     add("types", cmd_types, "registered saga types")
     p = add("start", cmd_start, "start a saga")
-    p.add_argument("type")
+    p.add_argument("type", help="saga type")
     p.add_argument("input", type=_json_arg, help="the input (JSON object)")
-    p.add_argument("--saga-id", dest="saga_id")
-    p.add_argument("--version", type=int)
+    p.add_argument("--saga-id", dest="saga_id",
+                   help="your own id: starting twice with it is idempotent")
+    p.add_argument("--version", type=int, help="saga type version (default: the latest)")
     for verb in _VERBS:
         p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
-        p.add_argument("saga_id")
+        p.add_argument("saga_id", help="saga id (UUID)")
         _add_repair_options(p, verb)
     p = add("bulk", cmd_bulk, "apply a repair verb to every matching saga (a durable job)")
-    p.add_argument("verb", choices=_VERBS)
+    p.add_argument("verb", choices=_VERBS, help="the repair verb")
     _add_filter(p)
     _add_repair_options(p, "bulk")
-    p.add_argument("--max-sagas", dest="max_sagas", type=int, default=1000)
+    p.add_argument("--max-sagas", dest="max_sagas", type=int, default=1000,
+                   help="refuse the job when more sagas match (default 1000)")
     add("job", cmd_job, "a bulk repair job's progress and results").add_argument("job_id")
     add("verify", cmd_verify, "replay a saga's history and compare it with its snapshot"
         ).add_argument("saga_id")
@@ -297,8 +319,8 @@ def _parser() -> argparse.ArgumentParser:
     add("verify-job", cmd_verify_job, "a verify job's progress and results"
         ).add_argument("job_id")
     p = add("dead-letters", cmd_letters, "list, show, requeue or discard dead letters")
-    p.add_argument("action", choices=["list", "show", "requeue", "discard"])
-    p.add_argument("id", nargs="?", type=int)
+    p.add_argument("action", choices=["list", "show", "requeue", "discard"], help="what to do")
+    p.add_argument("id", nargs="?", type=int, help="dead letter id (show, requeue, discard)")
     p.add_argument("--outbox", action="store_true", help="the outbox's dead letters")
     p.add_argument("--limit", type=int, default=100)
     schedules.add_schedule_commands(add("schedules", cmd_schedules, "recurring and delayed "

@@ -9,16 +9,28 @@ from typing import Any
 __all__ = ["render_dead", "render_history", "render_job", "render_saga", "table"]
 
 
-def _cell(value: Any, width: int = 60) -> str:
+#: Columns that say why (a reason, an error, an outcome's message): never cut short.
+WHY_COLUMNS = frozenset({"reason", "last_error", "message", "what"})
+
+
+def _cell(value: Any, width: int | None = 60) -> str:
     text = "" if value is None else value if isinstance(value, str) else json.dumps(value)
     text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
+def _attempts(value: Any) -> str:
+    """``{"try": 2, "confirm": 1}`` as ``try 2, confirm 1``."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{phase} {n}" for phase, n in value.items())
+    return _cell(value)
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     if not rows:
         return "(none)\n"
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    cells = [[_cell(row.get(c), None if c in WHY_COLUMNS else 60) for c in columns]
+             for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
@@ -41,7 +53,7 @@ def render_saga(data: Mapping[str, Any]) -> str:
         head.append(f"child    {child['saga_id']} {child['saga_type']} {child['status']} "
                     f"(node {child['node']})")
     head.append(f"input    {_cell(data.get('input'), 200)}")
-    steps = [{"step": s["key"], "phase": s["phase"], "attempts": s["attempts"],
+    steps = [{"step": s["key"], "phase": s["phase"], "attempts": _attempts(s["attempts"]),
               "last_error": (s["last_error"] or {}).get("message"), "result": s["result"]}
              for s in data.get("steps", [])]
     return "\n".join(head) + "\n\n" + table(steps, ["step", "phase", "attempts", "last_error",

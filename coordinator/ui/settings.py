@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from participant_sdk.durations import Duration
+
 __all__ = ["UiSettings"]
 
 
@@ -20,7 +22,7 @@ class UiSettings(BaseSettings):
     #: the API restarts, and replicas behind one address must share a key).
     session_secret: SecretStr = SecretStr("")
     #: A session ends this long after sign-in.
-    session_max_age: timedelta = timedelta(hours=8)
+    session_max_age: Duration = timedelta(hours=8)
     #: Send the cookie only over HTTPS (``Secure``, ``__Host-`` name). Off for plain-HTTP demos.
     secure_cookies: bool = False
     #: Jaeger's query API (``SAGAFLOW_JAEGER_QUERY``), read server-side for the trace view.
@@ -32,7 +34,7 @@ class UiSettings(BaseSettings):
     #: Participants whose dead-letter tables the UI reads: ``name=dsn`` entries, comma-separated.
     participant_dsns: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     #: How long the UI waits for Jaeger or a participant database.
-    remote_timeout: timedelta = timedelta(seconds=2)
+    remote_timeout: Duration = timedelta(seconds=2)
 
     @field_validator("participant_dsns", mode="before")
     @classmethod

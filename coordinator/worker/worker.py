@@ -125,6 +125,7 @@ class Worker:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=s.reply_batch_size,
+            **s.kafka_security.client_kwargs(),
         )
         await open_with_retry(consumer.start, what="Kafka")
         self._consumer = consumer

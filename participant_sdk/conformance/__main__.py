@@ -16,12 +16,15 @@ from aiokafka.errors import KafkaError
 
 from participant_sdk.conformance.cases import ActionSpec, CaseResult, KitConfig, run_cases
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.version import version_line
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m participant_sdk.conformance",
         description="Drive a running participant through the sagaflow wire contract.")
+    p.add_argument("--version", action="version",
+                   version=version_line("python -m participant_sdk.conformance"))
     p.add_argument("--bootstrap", default=os.environ.get("SAGAFLOW_KAFKA_BOOTSTRAP"),
                    help="Kafka bootstrap servers (default: $SAGAFLOW_KAFKA_BOOTSTRAP)")
     p.add_argument("--prefix", default=DEFAULT_TOPIC_PREFIX, help="topic prefix (default: saga)")

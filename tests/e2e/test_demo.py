@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import asyncpg
+import httpx
 import pytest
 
 from examples.stack import dsn_for
@@ -17,12 +21,14 @@ pytestmark = pytest.mark.e2e
 
 
 def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
-    pg_url: str, kafka_bootstrap: str
+    pg_url: str, kafka_bootstrap: str, jaeger_otlp: str, jaeger_query: str
 ) -> None:
+    # As the README says: OTEL_EXPORTER_OTLP_ENDPOINT set, then the demo.
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger_otlp}
     done = subprocess.run(
         [sys.executable, "-m", "examples.demo", "--postgres", pg_url, "--kafka", kafka_bootstrap,
          "--once"],
-        capture_output=True, text=True, timeout=240, check=False,
+        capture_output=True, text=True, timeout=240, check=False, env=env,
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
@@ -75,6 +81,28 @@ def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
     assert carriers["carrier_a"][won] == [("booked",)]  # the fast carrier won the race
     assert carriers["carrier_b"][won] == [("booked",), ("cancelled",)]  # the loser undone
     assert carriers["carrier_a"][lost] == carriers["carrier_b"][lost] == []  # never asked
+
+    # The trace the README shows: one trace from the demo's start call through the
+    # coordinator to the participants, read back from Jaeger.
+    services = _trace_services(jaeger_query, won)
+    assert {"sagaflow-demo", "payments", "inventory", "carrier_a"} <= services, services
+
+
+def _trace_services(jaeger_query: str, saga_id: uuid.UUID) -> set[str]:
+    """Services in the Jaeger trace that holds payments' spans of ``saga_id``."""
+    tags = json.dumps({"saga.id": str(saga_id)})
+    deadline = time.monotonic() + 30
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{jaeger_query}/api/traces", params={
+            "service": "payments", "tags": tags, "lookback": "1h", "limit": "5"}, timeout=5)
+        if response.status_code == 200:
+            for data in response.json().get("data") or []:
+                found |= {p["serviceName"] for p in data["processes"].values()}
+        if "sagaflow-demo" in found and "carrier_a" in found:
+            break
+        time.sleep(1)
+    return found
 
 
 def _rows(pg_url: str, service: str, query: str, *saga_ids: uuid.UUID

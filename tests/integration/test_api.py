@@ -77,6 +77,7 @@ async def test_start_is_idempotent_by_saga_id(api: Api) -> None:
     first = await api.post("/sagas", body)
     assert first.status_code == 201, first.text
     assert first.json()["saga_id"] == sid and first.json()["status"] == "running"
+    assert first.headers["location"] == f"/sagas/{sid}"
     again = await api.post("/sagas", body)
     assert again.status_code == 200 and again.json()["saga_id"] == sid
     other = await api.post("/sagas", {**body, "input": {**INPUT, "amount": 11}})

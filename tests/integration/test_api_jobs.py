@@ -37,6 +37,7 @@ async def test_bulk_job_resumes_after_restart_and_repairs_each_saga_once(api: Ap
                                     "status": "compensated", "filter": {"status": "dead"}})
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
+    assert r.headers["location"] == f"/repairs/{job_id}"
     assert r.json()["total"] == 4 and r.json()["status"] == "pending"
 
     # Runner 1 stops (as on a coordinator restart) after its second saga.
@@ -101,3 +102,23 @@ async def test_a_dead_runners_job_is_taken_over_when_its_lease_ends(api: Api) ->
     assert job["status"] == "done" and job["counts"] == {"applied": 2, "refused": 1}
     assert await _repairs(api, dead[0], job_id) == 1
     assert (await api.get(f"/repairs/{UUID(int=5)}")).status_code == 404
+
+
+async def test_repair_jobs_are_listed_newest_first_in_cursor_pages(api: Api) -> None:
+    await make_dead(api.store, api.clock, 2)
+    ids = []
+    for reason in ("first", "second"):
+        r = await api.post("/repairs", {"verb": "resolve", "reason": reason,
+                                        "filter": {"status": "dead"}})
+        assert r.status_code == 202, r.text
+        ids.append(r.json()["job_id"])
+    verify = await api.post("/verifications", {"reason": "audit", "filter": {"status": "dead"}})
+    assert verify.status_code == 202, verify.text  # a verify job is not a repair job
+    page = (await api.get("/repairs?limit=1")).json()
+    assert [(j["job_id"], j["reason"]) for j in page["items"]] == [(ids[1], "second")]
+    assert page["next_cursor"]
+    rest = (await api.get(f"/repairs?limit=1&cursor={page['next_cursor']}")).json()
+    assert [(j["job_id"], j["reason"]) for j in rest["items"]] == [(ids[0], "first")]
+    assert rest["next_cursor"] is None
+    bad = await api.get("/repairs?cursor=nonsense")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"

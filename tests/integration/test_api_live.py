@@ -207,3 +207,11 @@ def test_cli_reports_connection_errors() -> None:
     out = io.StringIO()
     assert saga_cli(["--url", f"http://127.0.0.1:{_port()}", "list"], out=out) == 2
 
+
+
+async def test_health_and_readiness_need_no_token(live: Live) -> None:
+    async with httpx.AsyncClient(base_url=live.url) as client:
+        health = await client.get("/healthz")
+        ready = await client.get("/readyz")
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready"})

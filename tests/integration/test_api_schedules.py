@@ -41,6 +41,7 @@ async def test_create_fire_and_inspect_a_schedule(api: Api, caplog: Any) -> None
     r = await api.post("/schedules", BODY)
     assert r.status_code == 201, r.text
     assert r.json()["next_fire_at"] == "2026-01-01T01:00:00Z"
+    assert r.headers["location"] == "/schedules/hourly-ship"
     assert r.json()["created_by"] == "olga"
     assert "schedule create id=hourly-ship type=ship_order by=olga" in caplog.text
     assert (await api.post("/schedules", BODY)).json()["error"]["code"] == "schedule_conflict"

@@ -13,7 +13,8 @@ from examples.stack import SAGAS
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "kafka", "jaeger"}
-APPS = {"coordinator", "relay", "payments", "inventory", "shipping", "carrier_a", "carrier_b"}
+APPS = {"coordinator", "api", "relay", "payments", "inventory", "shipping", "carrier_a",
+        "carrier_b"}
 
 
 def _compose() -> dict[str, Any]:
@@ -54,3 +55,15 @@ def test_the_coordinator_runs_every_example_saga_and_each_participant_is_a_servi
             assert dsn.endswith(f"/{name}"), dsn
             init = _compose()["configs"]["create-databases"]["content"]
             assert f"CREATE DATABASE {name};" in init
+
+
+def test_the_api_serves_the_same_sagas_beyond_its_container() -> None:
+    services = _compose()["services"]
+    api, worker = services["api"], services["coordinator"]
+    assert api["command"][:2] == ["sagaflow-coordinator", "api"]
+    assert api["environment"]["SAGAFLOW_SAGAS"] == worker["environment"]["SAGAFLOW_SAGAS"]
+    assert api["environment"]["SAGAFLOW_DSN"] == worker["environment"]["SAGAFLOW_DSN"]
+    assert api["environment"]["SAGAFLOW_API_HOST"] == "0.0.0.0"
+    assert api["environment"]["SAGAFLOW_API_TOKENS"].count(":") == 2
+    assert api["ports"] == ["127.0.0.1:8080:8080"]
+    assert "/readyz" in " ".join(api["healthcheck"]["test"])

@@ -235,3 +235,59 @@ def test_saga_view_names_a_childs_parent_and_a_parents_children() -> None:
     text = render_saga({**base, "children": [{"saga_id": "c1", "saga_type": "ship",
                                               "status": "completed", "node": "east"}]})
     assert "child    c1 ship completed (node east)" in text
+
+
+def test_saga_view_keeps_the_whole_why_and_reads_attempts_by_phase() -> None:
+    from coordinator.opscli.render import render_dead, render_saga
+
+    why = "payments refused: the card was declined by the issuer after three 3-D Secure prompts"
+    base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "dead", "state": "dead",
+            "input": {}, "steps": [{"key": "pay", "phase": "failed",
+                                    "attempts": {"try": 3, "cancel": 1},
+                                    "last_error": {"message": why}, "result": None}]}
+    text = render_saga(base)
+    assert why in text
+    assert "try 3, cancel 1" in text and '{"try"' not in text
+    dead = render_dead({"items": [{"saga_id": "s", "saga_type": "t", "step": "pay",
+                                   "attempts": 3, "reason": why, "last_error": None}]})
+    assert why in dead
+
+
+def test_saga_cli_takes_its_global_flags_after_the_command_too() -> None:
+    import io
+
+    import httpx
+
+    from coordinator.opscli.main import main
+
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=[{"name": "order", "version": 1, "latest": True}])
+
+    out = io.StringIO()
+    code = main(["types", "--json", "--url", "http://api.example:9000", "--token", "t0k3n-abc"],
+                out=out, transport=httpx.MockTransport(answer))
+    assert code == 0
+    assert str(seen[0].url) == "http://api.example:9000/saga-types"
+    assert seen[0].headers["authorization"] == "Bearer t0k3n-abc"
+    assert out.getvalue().startswith("[\n")  # --json after the command was honoured
+
+
+def test_a_fresh_brokers_expected_coordinator_errors_log_as_info(
+        root_logger: logging.Logger) -> None:
+    stream = io.StringIO()
+    configure_logging("svc", fmt="json", level="INFO", stream=stream)
+    group = logging.getLogger("aiokafka.consumer.group_coordinator")
+    level = group.level
+    group.setLevel(logging.INFO)  # other tests (devstack's CLI) quiet the aiokafka loggers
+    try:
+        group.error("Group Coordinator Request failed: [Error 15] "
+                    "GroupCoordinatorNotAvailableError")
+        group.error("Error sending OffsetCommitRequest to node 1 [KafkaConnectionError: closed]")
+    finally:
+        group.setLevel(level)
+    expected, real = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert expected["level"] == "INFO"
+    assert real["level"] == "ERROR"
