@@ -26,16 +26,16 @@ from tests.chaos.support.recovery import ProgressSampler
 from tests.chaos.support.scenario import finish
 from tests.chaos.support.stack import ChaosStack
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
 
 SEED = 9122
-ORDERS = 2300
+ORDERS = 1500
 #: Started before the processes, so thousands are in flight when the fault comes; the rest
 #: are started while the stack runs, across the fault.
-BACKLOG = 2100
-IN_FLIGHT_AT_FAULT = 2000
+BACKLOG = 1300
+IN_FLIGHT_AT_FAULT = 1200
 #: Sagas settled before the fault, so the rate before it is measured on a running stack.
-SETTLED_BEFORE_FAULT = 150
+SETTLED_BEFORE_FAULT = 30
 DRIVERS = 8
 
 
@@ -80,7 +80,7 @@ async def test_kafka_broker_leading_partitions_lost(
         await stack.wait_ready()
         drivers = start_concurrently(stack.dsn("coordinator"), stack.prefix, orders[BACKLOG:],
                                      drivers=DRIVERS)
-        await sampler.wait_progress(IN_FLIGHT_AT_FAULT, SETTLED_BEFORE_FAULT, timeout=90)
+        await sampler.wait_progress(IN_FLIGHT_AT_FAULT, SETTLED_BEFORE_FAULT, timeout=150)
         led = await leaders(cluster.bootstrap, stack.topics)
         victim = broker_to_kill(led, reply_topic(stack.prefix))
         sampler.mark_fault()
@@ -88,7 +88,7 @@ async def test_kafka_broker_leading_partitions_lost(
         retries = await drivers
         result = await finish(
             "kafka-broker-lost", stack, orders, {"kafka_broker_sigkill_kept_down": 1}, started,
-            settle_timeout=120,
+            settle_timeout=180,
             extra={"killed broker": victim, "driver retries": retries,
                    "partitions it led": sum(bs.count(victim) for bs in led.values())},
         )

@@ -103,7 +103,9 @@ class ProgressSampler:
         * ``stall_s``: from the fault to the first sample with more sagas settled than then;
         * ``rate_before``: sagas settled per second in the ``window`` before the fault;
         * ``rate_after``: the same in the ``window`` after the fault (the dip);
-        * ``recovered_s``: from the fault until a 2 s stretch settles at half ``rate_before``.
+        * ``recovered_s``: from the fault until a 2 s stretch settles at half ``rate_before``;
+        * ``longest_pause_s``: the longest stretch without a saga settling in the minute after
+          the fault (partitions or shards the fault did not touch may keep settling at first).
         """
         assert self.fault_at is not None, "no fault marked"
         fault = self.fault_at
@@ -122,8 +124,16 @@ class ProgressSampler:
              for t in after if 1.9 <= t.at - s.at <= 2.1
              and (t.settled - s.settled) / (t.at - s.at) >= rate_before / 2),
             float("nan"))
+        pause, since = 0.0, fault
+        for prev, s in zip([last, *after], after, strict=False):
+            if s.at > fault + 60:
+                break
+            if s.settled > prev.settled:
+                since = s.at
+            pause = max(pause, s.at - since)
         return {
             "in_flight_at_fault": float(self.in_flight(last)),
+            "longest_pause_s": round(pause, 2),
             "stall_s": round(moved.at - fault, 2) if moved else float("nan"),
             "rate_before": round(rate_before, 1),
             "rate_after": round(rate_after, 1),
