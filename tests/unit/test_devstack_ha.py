@@ -109,3 +109,11 @@ def test_no_writable_server_yet_is_transient() -> None:
     exc = asyncpg.exceptions.TargetServerAttributeNotMatched("none is read-write")
     assert is_transient(exc)
     assert _is_transient(exc)
+
+
+def test_ui_participant_dsns_may_be_multi_host() -> None:
+    from coordinator.ui.settings import UiSettings
+
+    multi = "postgresql://u@h1:1,h2:2/pay?target_session_attrs=read-write"
+    settings = UiSettings(participant_dsns=f"payments={multi}, stock=postgresql://u@h:3/inv")
+    assert settings.participant_dsns == {"payments": multi, "stock": "postgresql://u@h:3/inv"}
