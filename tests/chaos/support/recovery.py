@@ -64,15 +64,18 @@ class ProgressSampler:
             await asyncio.sleep(self.interval)
 
     async def wait_progress(
-        self, in_flight: int, settled: int, timeout: float  # noqa: ASYNC109
+        self, in_flight: int, settled: int, *, steady_after: float, timeout: float  # noqa: ASYNC109
     ) -> Sample:
-        """Wait until ``in_flight`` sagas are stored and not settled while at least ``settled``
-        have settled (the stack is moving); the sample that shows it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """Wait until ``in_flight`` sagas are stored and not settled while the stack is moving:
+        ``settled`` have settled, or some have and ``steady_after`` seconds passed (a loaded
+        machine may settle few at first). The sample that shows it."""
+        began = time.monotonic()
+        while time.monotonic() < began + timeout:
             if self.samples:
                 last = self.samples[-1]
-                if self.in_flight(last) >= in_flight and last.settled >= settled:
+                moving = last.settled >= settled or (
+                    last.settled > 0 and last.at - began >= steady_after)
+                if self.in_flight(last) >= in_flight and moving:
                     return last
             await asyncio.sleep(self.interval / 2)
         raise AssertionError(
