@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sagaflow-installed
 
-.PHONY: bootstrap constraints services demo test lint down status
+.PHONY: bootstrap constraints services demo test test-failover lint down status
 
 ## bootstrap: create the venv and install sagaflow with dev extras, at the versions pinned in
 ##            constraints.txt (again only when pyproject.toml or constraints.txt changes)
@@ -43,9 +43,14 @@ lint: bootstrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## test: lint, then every test suite against the local services
+## test: lint, then every test suite against the local services (the failover scenarios,
+##       4-5 minutes each on 2 cores, run with test-failover)
 test: services lint
-	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest
+	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m "not failover"
+
+## test-failover: the failover chaos scenarios (they start and stop their own HA stack)
+test-failover: services
+	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m failover
 
 ## status / down: inspect or stop the local services
 status: bootstrap

@@ -1,7 +1,8 @@
-"""``python -m devstack up|down|status|env|app-env [postgres|kafka|jaeger|all]``.
+"""``python -m devstack up|down|status|env|app-env [postgres|kafka|jaeger|all] [--ha]``.
 
 ``env`` prints the ``SAGAFLOW_TEST_*`` variables of the test fixtures; ``app-env`` the
 variables that point sagaflow's own processes (coordinator, API, relay) at the local services.
+``--ha``: a Postgres primary with a synchronous standby and a three-broker Kafka cluster.
 """
 
 from __future__ import annotations
@@ -17,31 +18,37 @@ from devstack import stack
 from devstack.acquire import ENV_JAEGER_OTLP, ENV_JAEGER_QUERY, ENV_KAFKA, ENV_POSTGRES
 from devstack.config import Settings
 from devstack.errors import DevstackError
+from devstack.ha_config import HaSettings
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
     p.add_argument("command", choices=["up", "down", "status", "env", "app-env"])
     p.add_argument("service", nargs="?", default="all", choices=[*stack.NAMES, "all"])
+    p.add_argument("--ha", action="store_true",
+                   help="Postgres primary + synchronous standby, three Kafka brokers")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
 
-def fixture_env(settings: Settings) -> dict[str, str]:
+def fixture_env(settings: Settings, *, ha: bool = False) -> dict[str, str]:
     """The SAGAFLOW_TEST_* variables that point the test fixtures at the local services."""
+    ha_settings = HaSettings.from_env() if ha else None
     return {
-        ENV_POSTGRES: settings.postgres_url,
-        ENV_KAFKA: settings.kafka_bootstrap,
+        ENV_POSTGRES: ha_settings.postgres_url if ha_settings else settings.postgres_url,
+        ENV_KAFKA: ha_settings.kafka_bootstrap if ha_settings else settings.kafka_bootstrap,
         ENV_JAEGER_OTLP: settings.jaeger_otlp_url,
         ENV_JAEGER_QUERY: settings.jaeger_query_url,
     }
 
 
-def app_env(settings: Settings) -> dict[str, str]:
+def app_env(settings: Settings, *, ha: bool = False) -> dict[str, str]:
     """What ``sagaflow-coordinator``, ``sagaflow-relay`` and the API read to use these services."""
+    ha_settings = HaSettings.from_env() if ha else None
     return {
-        "SAGAFLOW_DSN": settings.postgres_url,
-        "SAGAFLOW_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "SAGAFLOW_DSN": ha_settings.postgres_url if ha_settings else settings.postgres_url,
+        "SAGAFLOW_KAFKA_BOOTSTRAP": (ha_settings.kafka_bootstrap if ha_settings
+                                     else settings.kafka_bootstrap),
         "OTEL_EXPORTER_OTLP_ENDPOINT": settings.jaeger_otlp_url,
         "SAGAFLOW_JAEGER_QUERY": settings.jaeger_query_url,
     }
@@ -57,11 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     settings = Settings.from_env()
     if args.command in ("env", "app-env"):
-        chosen = fixture_env(settings) if args.command == "env" else app_env(settings)
+        chosen = (fixture_env(settings, ha=args.ha) if args.command == "env"
+                  else app_env(settings, ha=args.ha))
         for key, value in chosen.items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
-    services = stack.select(settings, args.service)
+    services = stack.select(settings, args.service, ha=args.ha)
     if args.command == "down":
         services.reverse()
     ok = True

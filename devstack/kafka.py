@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 class Kafka(Service):
     name = "kafka"
     start_timeout = 120.0
+    heap = HEAP
 
     @property
     def address(self) -> str:
@@ -73,8 +74,12 @@ class Kafka(Service):
             )
 
     def _server_properties(self) -> str:
+        return "".join(f"{k}={v}\n" for k, v in self.server_props().items())
+
+    def server_props(self) -> dict[str, str]:
+        """The broker's ``server.properties`` (the HA cluster's nodes change some)."""
         s = self.settings
-        props = {
+        return {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{HOST}:{s.kafka_controller_port}",
@@ -93,12 +98,11 @@ class Kafka(Service):
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
         }
-        return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java_argv(self, main: str, *args: str) -> list[str]:
         return [
             _java(),
-            HEAP,
+            self.heap,
             f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.dir}",
             "-cp",

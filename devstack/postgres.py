@@ -130,13 +130,17 @@ class Postgres(Service):
                 "set SAGAFLOW_DEVSTACK_HOME to a folder it can reach"
             ) from None
 
+    def server_settings(self) -> dict[str, str]:
+        """The ``-c`` settings the server starts with (the HA pair adds replication's)."""
+        return dict(SETTINGS)
+
     def start(self) -> None:
         options = " ".join(
             [
                 f"-c listen_addresses={HOST}",
                 f"-p {self.settings.pg_port}",
                 f"-c unix_socket_directories={self.dir}",
-                *(f"-c {k}={v}" for k, v in SETTINGS.items()),
+                *(f"-c {k}={v}" for k, v in self.server_settings().items()),
             ]
         )
         user = self._user()

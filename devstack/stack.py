@@ -1,8 +1,11 @@
-"""The set of local services, addressed by name."""
+"""The set of local services, addressed by name (``ha``: the failover-ready variants)."""
 
 from __future__ import annotations
 
 from devstack.config import Settings
+from devstack.ha_config import HaSettings
+from devstack.ha_kafka import KafkaCluster
+from devstack.ha_postgres import PostgresPair
 from devstack.jaeger import Jaeger
 from devstack.kafka import Kafka
 from devstack.postgres import Postgres
@@ -10,15 +13,21 @@ from devstack.service import Service
 
 NAMES = ("postgres", "kafka", "jaeger")
 
-
-def build(settings: Settings) -> dict[str, Service]:
-    services: list[Service] = [Postgres(settings), Kafka(settings), Jaeger(settings)]
-    return {s.name: s for s in services}
+#: A single service, or a group of them driven as one (the HA pair and cluster).
+Unit = Service | PostgresPair | KafkaCluster
 
 
-def select(settings: Settings, which: str) -> list[Service]:
+def build(settings: Settings, *, ha: bool = False) -> dict[str, Unit]:
+    if ha:
+        ha_settings = HaSettings.from_env()
+        return {"postgres": PostgresPair(ha_settings), "kafka": KafkaCluster(ha_settings),
+                "jaeger": Jaeger(settings)}
+    return {"postgres": Postgres(settings), "kafka": Kafka(settings), "jaeger": Jaeger(settings)}
+
+
+def select(settings: Settings, which: str, *, ha: bool = False) -> list[Unit]:
     """Services named by ``which`` (a service name or ``all``), in start order."""
-    services = build(settings)
+    services = build(settings, ha=ha)
     if which == "all":
         return list(services.values())
     return [services[which]]

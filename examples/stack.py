@@ -36,7 +36,9 @@ Command = tuple[list[str], dict[str, str]]
 
 
 def dsn_for(base: str, database: str) -> str:
-    return base.rsplit("/", 1)[0] + "/" + database
+    """``base`` with another database; its query (``target_session_attrs``) is kept."""
+    server, sep, query = base.partition("?")
+    return server.rsplit("/", 1)[0] + "/" + database + sep + query
 
 
 async def fresh_database(admin_dsn: str, name: str) -> str:

@@ -148,6 +148,8 @@ def _is_transient(exc: BaseException) -> bool:
             TimeoutError,
             asyncpg.PostgresConnectionError,
             asyncpg.InterfaceError,
+            # A multi-host DSN whose servers all answer but none takes writes yet (failover).
+            asyncpg.exceptions.TargetServerAttributeNotMatched,
             asyncpg.exceptions.OperatorInterventionError,
             asyncpg.exceptions.SerializationError,
             asyncpg.exceptions.DeadlockDetectedError,

@@ -61,7 +61,11 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ParticipantError):
         return exc.retryable
     if isinstance(
-        exc, asyncpg.PostgresConnectionError | asyncpg.exceptions.ConnectionDoesNotExistError
+        exc,
+        asyncpg.PostgresConnectionError
+        | asyncpg.exceptions.ConnectionDoesNotExistError
+        # A multi-host DSN whose servers all answer but none takes writes yet (mid-failover).
+        | asyncpg.exceptions.TargetServerAttributeNotMatched,
     ):
         return True
     if isinstance(exc, asyncpg.PostgresError):

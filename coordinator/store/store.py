@@ -95,11 +95,13 @@ _TRANSIENT: Final = (
     asyncpg.DeadlockDetectedError,
     asyncpg.LockNotAvailableError,
 )
-#: Lost or refused connections (SQLSTATE class 08 and socket errors): retry, then report.
+#: Lost or refused connections (SQLSTATE class 08 and socket errors), and a multi-host DSN
+#: whose servers all answer but none is writable yet (mid-failover): retry, then report.
 CONNECTION_ERRORS: Final = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
     OSError,
 )
 _ATTEMPTS: Final = 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -11,6 +12,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from participant_sdk.durations import Duration
 
 __all__ = ["UiSettings"]
+
+#: The comma before the next ``name=`` entry of ``participant_dsns``.
+_ENTRY_SEPARATOR = re.compile(r",(?=\s*[A-Za-z_][\w.-]*\s*=)")
 
 
 class UiSettings(BaseSettings):
@@ -31,7 +35,8 @@ class UiSettings(BaseSettings):
                                                     "SAGAFLOW_UI_JAEGER_QUERY"))
     #: A full Jaeger UI the trace view links to (``<url>/trace/<id>``), when one exists.
     jaeger_ui: str | None = None
-    #: Participants whose dead-letter tables the UI reads: ``name=dsn`` entries, comma-separated.
+    #: Participants whose dead-letter tables the UI reads: ``name=dsn`` entries, comma-separated
+    #: (multi-host DSNs, ``h1:5432,h2:5432``, are fine).
     participant_dsns: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     #: How long the UI waits for Jaeger or a participant database.
     remote_timeout: Duration = timedelta(seconds=2)
@@ -42,7 +47,8 @@ class UiSettings(BaseSettings):
         if not isinstance(value, str):
             return value
         found: dict[str, str] = {}
-        for item in value.split(","):
+        # A comma starts a new entry only before ``name=``: a multi-host DSN has commas too.
+        for item in _ENTRY_SEPARATOR.split(value):
             name, sep, dsn = item.strip().partition("=")
             if not item.strip():
                 continue

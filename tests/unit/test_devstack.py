@@ -22,8 +22,9 @@ from devstack.service import State
 
 def test_public_surface() -> None:
     assert sorted(devstack.__all__) == [
-        "DevstackError", "Jaeger", "Kafka", "Postgres", "ProvisionError", "Service",
-        "ServiceError", "Settings", "State", "Status", "provision",
+        "DevstackError", "HaSettings", "Jaeger", "Kafka", "KafkaCluster", "Postgres",
+        "PostgresPair", "ProvisionError", "Service", "ServiceError", "Settings", "State",
+        "Status", "provision",
     ]  # fmt: skip
 
 

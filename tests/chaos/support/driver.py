@@ -34,15 +34,23 @@ class Order:
     saga_type: str = "order"
 
 
-def plan_orders(seed: int, count: int) -> list[Order]:
-    """``count`` orders: ~70% that complete, ~15% refused by payments, ~15% out of stock."""
+def plan_orders(
+    seed: int, count: int, *, customers: int = len(CUSTOMERS), skus: int = len(SKUS)
+) -> list[Order]:
+    """``count`` orders: ~70% that complete, ~15% refused by payments, ~15% out of stock.
+
+    A few customers and SKUs (the default) make orders contend for the same rows; thousands
+    of orders want more of both, or balances and stock run out and lock waits pile up.
+    """
     rng = random.Random(seed)
+    customer_ids = [f"cust-{i}" for i in range(customers)]
+    sku_ids = [f"SKU-{i}" for i in range(skus)]
     orders: list[Order] = []
     for i in range(count):
         roll = rng.random()
         kind = "ok" if roll < 0.70 else "broke" if roll < 0.85 else "oos"
-        customer = "broke" if kind == "broke" else rng.choice(CUSTOMERS)
-        sku = f"OOS-{rng.randrange(3)}" if kind == "oos" else rng.choice(SKUS)
+        customer = "broke" if kind == "broke" else rng.choice(customer_ids)
+        sku = f"OOS-{rng.randrange(3)}" if kind == "oos" else rng.choice(sku_ids)
         orders.append(Order(
             saga_id=uuid.UUID(int=rng.getrandbits(128), version=4),
             kind=kind,
@@ -129,3 +137,15 @@ async def wait_settled(dsn: str, expected: int, timeout: float) -> Counter[str]:
         if time.monotonic() > deadline:
             return counts
         await asyncio.sleep(0.5)
+
+
+def start_concurrently(
+    dsn: str, prefix: str, orders: list[Order], *, drivers: int = 8
+) -> asyncio.Task[int]:
+    """Start ``orders`` as fast as ``drivers`` parallel starters go; the task returns retries."""
+    async def run() -> int:
+        parts = await asyncio.gather(
+            *(start_orders(dsn, prefix, orders[i::drivers], pace=0.0) for i in range(drivers)))
+        return sum(parts)
+
+    return asyncio.create_task(run())

@@ -36,7 +36,9 @@ PARTITIONS = 4
 
 
 def database_url(server_url: str, database: str) -> str:
-    return server_url.rsplit("/", 1)[0] + "/" + database
+    """``server_url`` with another database; its query (``target_session_attrs``) is kept."""
+    base, sep, query = server_url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + database + sep + query
 
 
 @dataclass
@@ -66,6 +68,7 @@ class ChaosStack:
     logs: Path
     proc_pg_url: str  # Postgres server address the processes use (maybe a proxy)
     proc_kafka: str  # bootstrap the processes use (maybe a proxy)
+    replication_factor: int = 1  # of the scenario's topics (3 on the HA cluster)
     databases: dict[str, str] = field(default_factory=dict)  # role -> database name
     procs: dict[str, Proc] = field(default_factory=dict)
 
@@ -81,8 +84,10 @@ class ChaosStack:
         proc_pg_url: str | None = None,
         proc_kafka: str | None = None,
         prefix: str | None = None,
+        replication_factor: int = 1,
     ) -> ChaosStack:
         stack = cls(
+            replication_factor=replication_factor,
             admin_url=pg_url,
             kafka_admin=kafka,
             prefix=prefix or f"chaos{uuid.uuid4().hex[:8]}",
@@ -124,7 +129,8 @@ class ChaosStack:
         await admin.start()
         try:
             await admin.create_topics(
-                [NewTopic(t, num_partitions=PARTITIONS, replication_factor=1)
+                [NewTopic(t, num_partitions=PARTITIONS,
+                          replication_factor=self.replication_factor)
                  for t in self.topics]
             )
         finally:
