@@ -8,6 +8,7 @@ instead of exiting with a traceback and leaving every saga waiting.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -35,7 +36,10 @@ STARTUP_TIMEOUT = timedelta(minutes=2)
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    """A service that is down, starting or unreachable, as opposed to a misconfiguration."""
+    """A service that is down, starting or unreachable, as opposed to a misconfiguration (a
+    certificate that does not verify will not verify on the next try either)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return False
     return isinstance(exc, asyncpg.CannotConnectNowError | KafkaConnectionError) or (
         is_transient(exc)
     )

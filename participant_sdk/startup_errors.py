@@ -8,6 +8,7 @@ traceback.
 
 from __future__ import annotations
 
+import ssl
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -93,6 +94,10 @@ def explain(exc: BaseException, *, postgres_var: str, kafka_var: str) -> str | N
     if isinstance(exc, KafkaError):
         return (f"Kafka refused: {type(exc).__name__}: {exc} (check {kafka_var} and the "
                 "SAGAFLOW_KAFKA_SECURITY_PROTOCOL / _SASL_* / _SSL_* settings)")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"TLS: the server's certificate does not verify: {exc.verify_message or exc} "
+                f"(check sslmode and sslrootcert in {postgres_var}, or "
+                "SAGAFLOW_KAFKA_SSL_CAFILE)")
     if isinstance(exc, OSError | asyncpg.CannotConnectNowError | TimeoutError):
         detail = str(exc) or type(exc).__name__
         return (f"cannot connect: {detail} (is the service running? set {postgres_var} and "

@@ -37,7 +37,7 @@ def _free_port() -> int:
         return port
 
 
-def _certificates(work: Path) -> tuple[Path, Path]:
+def certificates(work: Path) -> tuple[Path, Path]:
     """(CA certificate, server key+certificate PEM) for 127.0.0.1 and localhost."""
     def ssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=work, check=True, capture_output=True)
@@ -94,7 +94,7 @@ def secure_broker(work: Path) -> Iterator[SecureBroker]:
     """Start the broker in ``work``; stop it on exit."""
     libs = Settings.from_env().cache / f"kafka-{KAFKA_VERSION}" / "libs"
     fetch_libs(libs)
-    cafile, server_pem = _certificates(work)
+    cafile, server_pem = certificates(work)
     client, internal, controller = _free_port(), _free_port(), _free_port()
     properties = work / "server.properties"
     properties.write_text(_properties(work, server_pem, client, internal, controller))
