@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import asyncpg
@@ -21,7 +22,8 @@ from coordinator.api.models import ChildOut, SagaFilter, SagaSort
 from coordinator.store import SagaRecord
 from coordinator.store.queries import SAGA_COLUMNS, list_children, saga_records
 
-__all__ = ["Page", "children_of", "decode_cursor", "encode_cursor", "list_sagas", "matching_ids"]
+__all__ = ["Page", "children_of", "decode_cursor", "encode_cursor", "id_range", "list_sagas",
+           "matching_ids"]
 
 
 
@@ -67,6 +69,18 @@ def _where(f: SagaFilter, now: datetime, stuck_ids: Collection[UUID]) -> _Where:
         w.add("EXISTS (SELECT 1 FROM saga_nodes n, json_each_text(n.state->'attempts') a "
               "WHERE n.saga_id = sagas.id AND a.value::int - 1 >= {0})", f.min_retries)
     return w
+
+
+_HEX: Final = re.compile(r"[0-9a-f]{1,32}")
+
+
+def id_range(text: str) -> tuple[UUID, UUID] | None:
+    """Bounds of the ids starting with the hex digits of ``text`` (hyphens ignored), or
+    ``None`` when ``text`` is not 1 to 32 hex digits."""
+    digits = text.strip().lower().replace("-", "")
+    if not _HEX.fullmatch(digits):
+        return None
+    return UUID(digits.ljust(32, "0")), UUID(digits.ljust(32, "f"))
 
 
 def encode_cursor(sort: SagaSort, value: datetime, saga_id: UUID) -> str:

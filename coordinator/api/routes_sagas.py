@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
-from coordinator.api.errors import NotFound
+from coordinator.api.errors import BadRequest, NotFound
 from coordinator.api.models import (
     CancelRequest,
     CompensateRequest,
@@ -34,7 +34,7 @@ from coordinator.api.models import (
     history_entry,
     summary,
 )
-from coordinator.api.queries import children_of, list_sagas
+from coordinator.api.queries import children_of, id_range, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
 from coordinator.diagram import mermaid
 from coordinator.engine import RepairVerb, Status
@@ -112,12 +112,19 @@ async def get_sagas(
     sort: SagaSort = SagaSort.CREATED_DESC,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+    id_prefix: Annotated[str | None, Query(
+        min_length=1, max_length=36, pattern="^[0-9a-fA-F-]+$",
+        description="Only sagas whose id starts with these hex digits (hyphens ignored).",
+    )] = None,
 ) -> SagaPageOut:
     now = ctx.now()
+    bounds = None if id_prefix is None else id_range(id_prefix)
+    if id_prefix is not None and bounds is None:
+        raise BadRequest("id_prefix: 1 to 32 hex digits", code="invalid_id_prefix")
     async with ctx.store.pool.acquire() as conn:
         stuck = await ctx.stuck_ids(conn)
         page = await list_sagas(conn, f, now=now, stuck_ids=stuck, sort=sort,
-                                limit=limit, cursor=cursor)
+                                limit=limit, cursor=cursor, id_range=bounds)
     return SagaPageOut(items=[SagaSummary(**summary(r, r.saga_id in stuck)) for r in page.items],
                        next_cursor=page.next_cursor)
 

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
+from uuid import UUID
 
 import httpx
 
@@ -60,6 +61,23 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
     return response.json()
 
 
+def _saga(client: httpx.Client, text: str) -> str:
+    """A saga id from a full id or its first hex digits (hyphens optional): unique, or an error
+    that says why not."""
+    try:
+        return str(UUID(text))
+    except ValueError:
+        pass
+    page = _call(client, "GET", "/sagas", params={"id_prefix": text, "limit": 2})
+    ids = [item["saga_id"] for item in page["items"]]
+    if not ids:
+        raise CliError(f"no saga id starts with {text!r}", 1)
+    if len(ids) > 1:
+        raise CliError(f"{text!r} starts more than one saga id ({ids[0]}, {ids[1]}, ...): "
+                       "give more digits", 1)
+    return str(ids[0])
+
+
 def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
     names = ("type", "version", "status", "current_step", "min_age_seconds",
              "max_age_seconds", "min_retries")
@@ -77,15 +95,15 @@ def cmd_list(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_show(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{args.saga_id}")
+    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}")
 
 
 def cmd_history(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{args.saga_id}/history")
+    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/history")
 
 
 def cmd_diagram(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{args.saga_id}/diagram")
+    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/diagram")
 
 
 def cmd_dead(client: httpx.Client, args: argparse.Namespace) -> Any:
@@ -122,7 +140,7 @@ def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_repair(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "POST", f"/sagas/{args.saga_id}/{args.command}",
+    return _call(client, "POST", f"/sagas/{_saga(client, args.saga_id)}/{args.command}",
                  json=_repair_body(args))
 
 
@@ -142,7 +160,7 @@ def cmd_job(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{args.saga_id}/verify")
+    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/verify")
 
 
 def cmd_bulk_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
@@ -288,7 +306,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, fn, text in (("show", cmd_show, "a saga's status and steps"),
                            ("history", cmd_history, "a saga's event history"),
                            ("diagram", cmd_diagram, "a saga's Mermaid diagram")):
-        add(name, fn, text).add_argument("saga_id", help="saga id (UUID)")
+        add(name, fn, text).add_argument("saga_id", help="saga id, or its first hex digits")
     p = add("dead", cmd_dead, "the dead-saga queue")
     p.add_argument("--type", help="saga type")
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
@@ -301,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", type=int, help="saga type version (default: the latest)")
     for verb in _VERBS:
         p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
-        p.add_argument("saga_id", help="saga id (UUID)")
+        p.add_argument("saga_id", help="saga id, or its first hex digits")
         _add_repair_options(p, verb)
     p = add("bulk", cmd_bulk, "apply a repair verb to every matching saga (a durable job)")
     p.add_argument("verb", choices=_VERBS, help="the repair verb")
@@ -311,7 +329,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="refuse the job when more sagas match (default 1000)")
     add("job", cmd_job, "a bulk repair job's progress and results").add_argument("job_id")
     add("verify", cmd_verify, "replay a saga's history and compare it with its snapshot"
-        ).add_argument("saga_id")
+        ).add_argument("saga_id", help="saga id, or its first hex digits")
     p = add("bulk-verify", cmd_bulk_verify, "replay-verify every matching saga (a durable job)")
     _add_filter(p)
     p.add_argument("--reason", "-r", help="why (recorded with the job)")

@@ -4,14 +4,13 @@ the participants' dead letters (read from their own databases)."""
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
-from uuid import UUID
 
 import asyncpg
 
+from coordinator.api.queries import id_range
 from coordinator.observability.scan import _DEAD_LETTERS, _IN_FLIGHT, _OUTBOX
 from participant_sdk.dead_letters import DeadLetter, list_dead_letters
 
@@ -20,7 +19,6 @@ __all__ = ["BULK_LIMIT", "Overview", "ParticipantLetters", "id_range", "overview
 
 #: Most sagas one bulk job from the UI may touch (the API's own cap is 10,000).
 BULK_LIMIT: Final = 1000
-_HEX: Final = re.compile(r"[0-9a-f]{1,32}")
 
 _LAST_DAY: Final = """
 SELECT status, count(*) AS n FROM sagas WHERE created_at >= $1 GROUP BY status
@@ -36,14 +34,6 @@ SELECT j.id, j.verb, j.reason, j.actor, j.status, j.total, j.created_at, j.finis
        AS done
 FROM repair_jobs j ORDER BY j.created_at DESC LIMIT $1
 """
-
-
-def id_range(text: str) -> tuple[UUID, UUID] | None:
-    """Bounds of the ids starting with the hex digits of ``text`` (hyphens ignored)."""
-    digits = text.strip().lower().replace("-", "")
-    if not _HEX.fullmatch(digits):
-        return None
-    return UUID(digits.ljust(32, "0")), UUID(digits.ljust(32, "f"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ fuzz run over every operation, and the ``saga`` CLI against it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -215,3 +217,39 @@ async def test_health_and_readiness_need_no_token(live: Live) -> None:
         ready = await client.get("/readyz")
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+
+
+async def test_sagas_are_found_by_the_first_digits_of_their_id(
+    live: Live, seeded_store: tuple[SagaStore, ManualClock]
+) -> None:
+    store, _ = seeded_store
+    twin_a, twin_b, single = (UUID("abcdef00-0000-4000-8000-000000000001"),
+                              UUID("abcdef00-0000-4000-8000-000000000002"),
+                              UUID("12345678-0000-4000-8000-000000000003"))
+    for saga_id in (twin_a, twin_b, single):
+        await store.start_saga("ship_order", {"order_id": str(saga_id), "amount": 1},
+                               saga_id=saga_id)
+    headers = {"Authorization": f"Bearer {VIEWER}"}
+    async with httpx.AsyncClient(base_url=live.url, headers=headers) as client:
+        found = (await client.get("/sagas", params={"id_prefix": "ABCDEF00-0"})).json()
+        assert {i["saga_id"] for i in found["items"]} == {str(twin_a), str(twin_b)}
+        assert (await client.get("/sagas", params={"id_prefix": "zz"})).status_code == 422
+        too_long = await client.get("/sagas", params={"id_prefix": "a" * 33})
+        assert too_long.status_code == 400
+        assert too_long.json()["error"]["code"] == "invalid_id_prefix"
+
+    def scenario() -> None:
+        code, text = _cli(live, "show", "1234")
+        assert code == 0 and f"saga     {single}" in text
+        code, text = _cli(live, "history", "abcdef00-0000-4000-8000-00000000000", token=VIEWER)
+        assert code == 1
+        code, text = _cli(live, "verify", "abcdef00000040008000000000000002", token=VIEWER)
+        assert code == 0 and f"saga {twin_b} replays" in text
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert _cli(live, "show", "abcdef", token=VIEWER)[0] == 1
+            assert _cli(live, "show", "ffff", token=VIEWER)[0] == 1
+        assert "'abcdef' starts more than one saga id" in err.getvalue()
+        assert "no saga id starts with 'ffff'" in err.getvalue()
+
+    await asyncio.to_thread(scenario)
