@@ -113,8 +113,9 @@ async def get_sagas(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
     id_prefix: Annotated[str | None, Query(
-        min_length=1, max_length=36, pattern="^[0-9a-fA-F-]+$",
-        description="Only sagas whose id starts with these hex digits (hyphens ignored).",
+        min_length=4, max_length=36, pattern="^[0-9a-fA-F]{4}[0-9a-fA-F-]*$",
+        description="Only sagas whose id starts with these hex digits (at least 4; hyphens "
+                    "after them ignored).",
     )] = None,
 ) -> SagaPageOut:
     now = ctx.now()

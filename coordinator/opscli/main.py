@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -68,6 +69,8 @@ def _saga(client: httpx.Client, text: str) -> str:
         return str(UUID(text))
     except ValueError:
         pass
+    if not re.fullmatch(r"[0-9a-fA-F]{4}[0-9a-fA-F-]*", text):
+        raise CliError(f"{text!r} is not a saga id nor its first hex digits (at least 4)", 1)
     page = _call(client, "GET", "/sagas", params={"id_prefix": text, "limit": 2})
     ids = [item["saga_id"] for item in page["items"]]
     if not ids:

@@ -233,7 +233,8 @@ async def test_sagas_are_found_by_the_first_digits_of_their_id(
     async with httpx.AsyncClient(base_url=live.url, headers=headers) as client:
         found = (await client.get("/sagas", params={"id_prefix": "ABCDEF00-0"})).json()
         assert {i["saga_id"] for i in found["items"]} == {str(twin_a), str(twin_b)}
-        assert (await client.get("/sagas", params={"id_prefix": "zz"})).status_code == 422
+        for bad in ("zz", "abc", "-1234"):  # not hex, under 4 digits, not how ids start
+            assert (await client.get("/sagas", params={"id_prefix": bad})).status_code == 422
         too_long = await client.get("/sagas", params={"id_prefix": "a" * 33})
         assert too_long.status_code == 400
         assert too_long.json()["error"]["code"] == "invalid_id_prefix"
@@ -249,7 +250,9 @@ async def test_sagas_are_found_by_the_first_digits_of_their_id(
         with contextlib.redirect_stderr(err):
             assert _cli(live, "show", "abcdef", token=VIEWER)[0] == 1
             assert _cli(live, "show", "ffff", token=VIEWER)[0] == 1
+            assert _cli(live, "show", "12", token=VIEWER)[0] == 1
         assert "'abcdef' starts more than one saga id" in err.getvalue()
+        assert "'12' is not a saga id nor its first hex digits (at least 4)" in err.getvalue()
         assert "no saga id starts with 'ffff'" in err.getvalue()
 
     await asyncio.to_thread(scenario)
