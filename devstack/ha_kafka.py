@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import base64
 import logging
-import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from devstack import procs
-from devstack.config import HOST, RESOURCES, Settings
+from devstack.config import HOST, Settings
 from devstack.ha_config import HaSettings
-from devstack.kafka import Kafka, fetch_libs, roundtrip, run_sync
+from devstack.kafka import Kafka, roundtrip, run_sync
 from devstack.service import State, Status
 
 NODE_HEAP = "-Xmx256m"
@@ -57,16 +56,8 @@ class KafkaNode(Kafka):
     def healthy(self) -> bool:
         return procs.port_open(self.settings.kafka_port)
 
-    def install(self) -> None:
-        fetch_libs(self.libs)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.properties.write_text(self._server_properties())
-        shutil.copyfile(RESOURCES / "kafka" / "log4j2.properties", self.dir / "log4j2.properties")
-        if not (self.dir / "data" / "meta.properties").is_file():
-            cluster_id = self.ensure_cluster_id()
-            self._java(
-                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties)
-            )
+    def cluster_id(self) -> str:
+        return self.ensure_cluster_id()
 
     def ensure_cluster_id(self) -> str:
         """One id for every node, made by the first node formatted."""

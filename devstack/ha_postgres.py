@@ -53,12 +53,7 @@ class PostgresStandby(Postgres):
     def install(self) -> None:
         if (self.data / "PG_VERSION").is_file():
             return
-        user = self._user()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if user is not None:
-            procs.ensure_os_user(user)
-            procs.chown_tree(self.dir, user)
-            self._check_reachable(user)
+        user = self._prepare_dir()
         log.info("cloning the standby from %s:%d", HOST, self.primary_port)
         procs.run(
             [

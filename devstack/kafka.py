@@ -68,10 +68,16 @@ class Kafka(Service):
         self.properties.write_text(self._server_properties())
         shutil.copyfile(RESOURCES / "kafka" / "log4j2.properties", self.dir / "log4j2.properties")
         if not (self.dir / "data" / "meta.properties").is_file():
-            cluster_id = self._java("kafka.tools.StorageTool", "random-uuid").strip()
-            self._java(
-                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties)
-            )
+            self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id(),
+                       "-c", str(self.properties), *self.format_args())
+
+    def cluster_id(self) -> str:
+        """The id the storage is formatted with (a cluster's nodes share one)."""
+        return self._java("kafka.tools.StorageTool", "random-uuid").strip()
+
+    def format_args(self) -> list[str]:
+        """More ``StorageTool format`` arguments (a broker with SCRAM users adds them)."""
+        return []
 
     def _server_properties(self) -> str:
         return "".join(f"{k}={v}\n" for k, v in self.server_props().items())

@@ -99,12 +99,7 @@ class Postgres(Service):
     def install(self) -> None:
         if (self.data / "PG_VERSION").is_file():
             return
-        user = self._user()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if user is not None:
-            procs.ensure_os_user(user)
-            procs.chown_tree(self.dir, user)
-            self._check_reachable(user)
+        user = self._prepare_dir()
         procs.run(
             [
                 str(find_bindir() / "initdb"),
@@ -120,6 +115,17 @@ class Postgres(Service):
             user=user,
             timeout=300,
         )
+
+    def _prepare_dir(self) -> str | None:
+        """Create the server's folder, owned by the OS user it runs as (returned; None when
+        it runs as the caller)."""
+        user = self._user()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            procs.ensure_os_user(user)
+            procs.chown_tree(self.dir, user)
+            self._check_reachable(user)
+        return user
 
     def _check_reachable(self, user: str) -> None:
         try:

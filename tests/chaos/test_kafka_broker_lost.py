@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from participant_sdk.protocol import reply_topic
 from tests.chaos.conftest import MakeStack
-from tests.chaos.support.driver import plan_orders, start_concurrently
+from tests.chaos.support.failover_load import IN_FLIGHT_AT_FAULT, load_until_fault
 from tests.chaos.support.ha import OwnedKafkaCluster
 from tests.chaos.support.recovery import ProgressSampler
 from tests.chaos.support.scenario import finish
@@ -29,15 +29,6 @@ from tests.chaos.support.stack import ChaosStack
 pytestmark = [pytest.mark.chaos, pytest.mark.failover, pytest.mark.timeout(540)]
 
 SEED = 9122
-ORDERS = 1300
-#: Started before the processes, so over a thousand are in flight at the fault; the rest
-#: are started while the stack runs, across the fault.
-BACKLOG = 1150
-IN_FLIGHT_AT_FAULT = 1000
-#: Sagas settled before the fault (or 45 s of a moving stack), so the rate before it is
-#: measured on a running stack.
-SETTLED_BEFORE_FAULT = 150
-DRIVERS = 8
 
 
 async def leaders(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:
@@ -72,24 +63,14 @@ async def test_kafka_broker_leading_partitions_lost(
         started = time.monotonic()
         stack = await make_stack(kafka=cluster.bootstrap, replication_factor=3)
         stacks.append(stack)
-        orders = plan_orders(SEED, ORDERS, customers=ORDERS // 10, skus=ORDERS // 20)
-        await start_concurrently(stack.dsn("coordinator"), stack.prefix, orders[:BACKLOG],
-                                 drivers=DRIVERS)
         sampler = ProgressSampler(stack.dsn("coordinator"))
-        sampler.start()
-        stack.start_default()
-        await stack.wait_ready()
-        drivers = start_concurrently(stack.dsn("coordinator"), stack.prefix, orders[BACKLOG:],
-                                     drivers=DRIVERS)
-        await sampler.wait_progress(IN_FLIGHT_AT_FAULT, SETTLED_BEFORE_FAULT,
-                                    steady_after=45, timeout=150)
+        load = await load_until_fault(stack, sampler, SEED, stack.start_default)
         led = await leaders(cluster.bootstrap, stack.topics)
         victim = broker_to_kill(led, reply_topic(stack.prefix))
-        sampler.mark_fault()
         await asyncio.to_thread(cluster.kill, victim)
-        retries = await drivers
+        retries = await load.drivers
         result = await finish(
-            "kafka-broker-lost", stack, orders, {"kafka_broker_sigkill_kept_down": 1}, started,
+            "kafka-broker-lost", stack, load.orders, {"kafka_broker_sigkill_kept_down": 1}, started,
             settle_timeout=240,
             extra={"killed broker": victim, "driver retries": retries,
                    "partitions it led": sum(bs.count(victim) for bs in led.values())},

@@ -16,7 +16,7 @@ import pytest
 
 from outbox_relay.schema import SHARD_LOCK_NAMESPACE
 from tests.chaos.conftest import MakeStack
-from tests.chaos.support.driver import plan_orders, start_concurrently
+from tests.chaos.support.failover_load import IN_FLIGHT_AT_FAULT, load_until_fault
 from tests.chaos.support.ha import OwnedPostgresPair
 from tests.chaos.support.recovery import ProgressSampler
 from tests.chaos.support.scenario import finish
@@ -25,15 +25,6 @@ from tests.chaos.support.stack import ChaosStack, fetch
 pytestmark = [pytest.mark.chaos, pytest.mark.failover, pytest.mark.timeout(540)]
 
 SEED = 9121
-ORDERS = 1300
-#: Started before the processes, so over a thousand are in flight at the fault; the rest
-#: are started while the stack runs, across the fault.
-BACKLOG = 1150
-IN_FLIGHT_AT_FAULT = 1000
-#: Sagas settled before the fault (or 45 s of a moving stack), so the rate before it is
-#: measured on a running stack.
-SETTLED_BEFORE_FAULT = 150
-DRIVERS = 8
 
 _SHARD_LOCKS = """
 SELECT count(*) FROM pg_locks
@@ -52,25 +43,15 @@ async def test_postgres_primary_lost_standby_promoted(make_stack: MakeStack) -> 
         started = time.monotonic()
         stack = await make_stack(pg_url=pair.url)
         stacks.append(stack)
-        orders = plan_orders(SEED, ORDERS, customers=ORDERS // 10, skus=ORDERS // 20)
-        await start_concurrently(stack.dsn("coordinator"), stack.prefix, orders[:BACKLOG],
-                                 drivers=DRIVERS)
         sampler = ProgressSampler(stack.dsn("coordinator"))
-        sampler.start()
-        stack.start_default(relays=2)
-        await stack.wait_ready()
-        drivers = start_concurrently(stack.dsn("coordinator"), stack.prefix, orders[BACKLOG:],
-                                     drivers=DRIVERS)
-        await sampler.wait_progress(IN_FLIGHT_AT_FAULT, SETTLED_BEFORE_FAULT,
-                                    steady_after=45, timeout=150)
-        sampler.mark_fault()
+        load = await load_until_fault(stack, sampler, SEED, lambda: stack.start_default(relays=2))
         await asyncio.to_thread(pair.kill_primary)
         killed = time.monotonic()
         await asyncio.to_thread(pair.promote)
         promoted_s = time.monotonic() - killed
-        retries = await drivers
+        retries = await load.drivers
         result = await finish(
-            "postgres-primary-lost", stack, orders, {"postgres_primary_sigkill": 1}, started,
+            "postgres-primary-lost", stack, load.orders, {"postgres_primary_sigkill": 1}, started,
             settle_timeout=240,
             extra={"driver retries": retries, "promote_s": round(promoted_s, 2)},
         )
