@@ -11,12 +11,15 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, start_http_server
+import asyncpg
+from prometheus_client import CollectorRegistry
 
 from outbox_relay.relay import Relay
 from outbox_relay.settings import RelaySettings
 from participant_sdk.logging_config import configure_logging
+from participant_sdk.probes import ProbeServer, tasks_alive
 from participant_sdk.startup_errors import load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.version import version_line
@@ -27,25 +30,63 @@ log = logging.getLogger("outbox_relay")
 async def run(settings: RelaySettings) -> None:
     """Run a relay until a signal arrives, then drain the batch in flight and release shards."""
     registry = CollectorRegistry()
-    if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr=settings.metrics_addr, registry=registry)
-        log.info("metrics on http://%s:%d/metrics", settings.metrics_addr, settings.metrics_port)
     relay = Relay(settings, registry=registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await relay.start()
-    log.info("relay %s started", relay.name)
-    waiter = asyncio.create_task(relay.wait())
-    stopper = asyncio.create_task(stop.wait())
+    waiter: asyncio.Task[None] | None = None
+    probes = _probes(settings, registry, lambda: waiter, stop)
+    if probes is not None:
+        await probes.start(settings.metrics_port or 0, settings.metrics_addr)
     try:
-        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await relay.start()
+        log.info("relay %s started", relay.name)
+        waiter = asyncio.create_task(relay.wait(), name="relay")
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            stop.set()
+            log.info("relay %s stopping", relay.name)
+            await relay.stop()
+            waiter.cancel()
     finally:
-        stopper.cancel()
-        log.info("relay %s stopping", relay.name)
-        await relay.stop()
-        waiter.cancel()
+        if probes is not None:
+            await probes.stop()
+
+
+def _probes(settings: RelaySettings, registry: CollectorRegistry,
+            relay_task: Callable[[], asyncio.Task[None] | None],
+            stopping: asyncio.Event) -> ProbeServer | None:
+    """The probe port: alive while the relay's loop runs; ready while Postgres also answers
+    (on a connection of the probe's own: the relay's is busy with its loop)."""
+    if settings.metrics_port is None:
+        return None
+    conn: list[asyncpg.Connection] = []
+
+    def live() -> str | None:
+        return tasks_alive([relay_task()])
+
+    async def ready() -> str | None:
+        if relay_task() is None:
+            return "starting"
+        if stopping.is_set():
+            return "stopping"
+        if (reason := live()) is not None:
+            return reason
+        try:
+            if not conn or conn[0].is_closed():
+                conn[:] = [await asyncpg.connect(settings.postgres_dsn, timeout=1.5)]
+            await conn[0].fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            if conn:
+                conn.pop().terminate()
+            return f"Postgres: {type(exc).__name__}"
+        return None
+
+    return ProbeServer(registry=registry, live=live, ready=ready, name="relay")
 
 
 def main(argv: list[str] | None = None) -> int:

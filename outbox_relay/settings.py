@@ -64,9 +64,9 @@ class RelaySettings(BaseSettings):
     #: (one produce request in flight per broker).
     producer_batch_bytes: int = Field(default=512 * 1024, ge=1024)
     linger_ms: int = Field(default=0, ge=0)
-    #: Serve Prometheus ``/metrics`` on this port (off when unset).
+    #: Serve ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
-    #: Address the metrics endpoint binds.
+    #: Address the probe port binds.
     metrics_addr: str = "0.0.0.0"
     #: LISTEN for the optional writer hint on ``sagaflow_outbox`` (cheap for the relay).
     listen: bool = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from participant_sdk.protocol import CommandEnvelope, ReplyEnvelope
 
@@ -40,7 +40,3 @@ class ParticipantMetrics:
         self.duration.labels(command.participant, command.action, command.phase.value).observe(
             seconds
         )
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Expose ``/metrics`` on ``port`` from a background thread."""
-        start_http_server(port, addr=addr, registry=self.registry)

@@ -21,6 +21,7 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry
 
 from participant_sdk.barrier import PgBarrierStore, install_barrier
 from participant_sdk.dead_letters import DeadLetter, install_dead_letters, record_dead_letter
@@ -30,6 +31,7 @@ from participant_sdk.logging_config import configure_logging
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.offsets import OffsetTracker
 from participant_sdk.pools import create_pool
+from participant_sdk.probes import ProbeServer, database_answers, tasks_alive
 from participant_sdk.protocol import (
     CommandEnvelope,
     ProtocolError,
@@ -115,6 +117,7 @@ class ParticipantRunner:
         #: Set when a command finished since the last offset commit (the commit loop waits on it).
         self._uncommitted = asyncio.Event()
         self._started = False
+        self._probes: ProbeServer | None = None
         self._stopped = False
         self._pool: Any = None
         self._consumer: Any = None
@@ -127,6 +130,11 @@ class ParticipantRunner:
             raise RuntimeError("ParticipantRunner.start() called twice")
         self._started = True
         s = self.settings
+        if s.metrics_port is not None:  # first, so /healthz answers while it connects
+            registry = self.metrics.registry if self.metrics is not None else CollectorRegistry()
+            self._probes = ProbeServer(registry=registry, live=self._live, ready=self._ready,
+                                       name=f"participant {self.name}")
+            await self._probes.start(s.metrics_port)
         self._pool = await open_with_retry(
             lambda: create_pool(s.dsn, min_size=1, max_size=s.pool_size), what="Postgres"
         )
@@ -153,8 +161,6 @@ class ParticipantRunner:
         )
         self._consumer.subscribe([self.topic], listener=_Listener(self))
         await open_with_retry(self._consumer.start, what="Kafka")
-        if s.metrics_port is not None and self.metrics is not None:
-            self.metrics.serve(s.metrics_port)
         self._tasks = [
             asyncio.create_task(self._lane(i, q), name=f"{self.name}-lane-{i}")
             for i, q in enumerate(self._lanes)
@@ -162,6 +168,17 @@ class ParticipantRunner:
         self._tasks.append(asyncio.create_task(self._commit_loop(), name=f"{self.name}-commit"))
         self._fetcher = asyncio.create_task(self._fetch_loop(), name=f"{self.name}-fetch")
         log.info("participant %s consuming %s as group %s", self.name, self.topic, self.group_id)
+
+    def _live(self) -> str | None:
+        return tasks_alive([*self._tasks, self._fetcher])
+
+    async def _ready(self) -> str | None:
+        """Started, not stopping, every loop running, and the barrier's database answers."""
+        if self._fetcher is None:
+            return "starting"
+        if self._stop_requested.is_set():
+            return "stopping"
+        return self._live() or await database_answers(self._pool)
 
     async def stop(self) -> None:
         """Stop fetching, drain in-flight commands within the bound, commit, close. Idempotent."""
@@ -193,6 +210,8 @@ class ParticipantRunner:
                     await closer.stop()
         if self._pool is not None:
             await self._pool.close()
+        if self._probes is not None:
+            await self._probes.stop()
         log.info("participant %s stopped", self.name)
 
     async def __aenter__(self) -> ParticipantRunner:

@@ -58,7 +58,7 @@ class ParticipantSettings(BaseSettings):
     retry_max: Duration = timedelta(seconds=2)
     #: Create the barrier and dead-letter tables at start if absent.
     install_schema: bool = True
-    #: Serve Prometheus ``/metrics`` on this port when set.
+    #: Serve ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
     #: TEST ONLY: when set and the file does not exist, the process creates it and kills
     #: itself with SIGKILL right after the first committed command, before replying.

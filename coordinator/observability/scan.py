@@ -1,4 +1,7 @@
-"""The worker's observability companion: metrics endpoint and the periodic scan.
+"""The worker's observability companion: the probe port and the periodic scan.
+
+The probe port (``SAGAFLOW_METRICS_PORT``) serves ``/metrics``, ``/healthz`` and ``/readyz``
+(:mod:`participant_sdk.probes`); the worker tells it what alive and ready mean.
 
 Every ``observe_interval`` one scan refreshes the in-flight / dead / stuck / dead-letter /
 outbox gauges from cheap queries and logs a WARNING once per saga that became stuck (and an
@@ -11,17 +14,17 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter as Tally
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
 import asyncpg
-from prometheus_client import start_http_server
 
 from coordinator.observability.metrics import CoordinatorMetrics
 from coordinator.observability.settings import ObservabilitySettings
 from coordinator.observability.stuck import StuckSaga, list_stuck
 from participant_sdk.dead_letters import DEAD_LETTER_TABLE
 from participant_sdk.logging_config import saga_context
+from participant_sdk.probes import LiveCheck, ProbeServer, ReadyCheck, database_answers
 
 if TYPE_CHECKING:
     from coordinator.store import SagaStore
@@ -46,7 +49,7 @@ FROM sagaflow_outbox
 
 
 class WorkerObservability:
-    """Metrics (change listener + optional ``/metrics`` server) and the periodic scan."""
+    """Metrics (change listener + optional probe server) and the periodic scan."""
 
     def __init__(
         self,
@@ -55,6 +58,8 @@ class WorkerObservability:
         *,
         metrics: CoordinatorMetrics | None = None,
         name: str = "worker",
+        live: LiveCheck | None = None,
+        ready: ReadyCheck | None = None,
     ) -> None:
         self.store = store
         self.settings = settings if settings is not None else ObservabilitySettings()
@@ -64,7 +69,9 @@ class WorkerObservability:
         #: Sagas flagged stuck at the last scan.
         self.stuck: dict[UUID, StuckSaga] = {}
         self._task: asyncio.Task[None] | None = None
-        self._server: Any = None
+        self._live: LiveCheck = live if live is not None else (lambda: None)
+        self._ready: ReadyCheck = ready if ready is not None else self._database_answers
+        self._server: ProbeServer | None = None
         self._started = False
 
     async def start(self) -> None:
@@ -74,15 +81,13 @@ class WorkerObservability:
         self.store.add_change_listener(self.metrics.observe_changes)
         s = self.settings
         if s.metrics_port is not None:
-            server = start_http_server(s.metrics_port, addr=s.metrics_addr,
-                                       registry=self.metrics.registry)
-            self._server = server[0] if isinstance(server, tuple) else None
-            log.info("%s: metrics on http://%s:%d/metrics", self.name, s.metrics_addr,
-                     s.metrics_port)
+            self._server = ProbeServer(registry=self.metrics.registry, live=self._live,
+                                       ready=self._ready, name=self.name)
+            await self._server.start(s.metrics_port, s.metrics_addr)
         self._task = asyncio.create_task(self._loop(), name=f"{self.name}-observability")
 
     async def stop(self) -> None:
-        """Stop the scan and the metrics server (idempotent)."""
+        """Stop the scan and the probe server (idempotent)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -90,8 +95,15 @@ class WorkerObservability:
                 await task
         server, self._server = self._server, None
         if server is not None:
-            await asyncio.to_thread(server.shutdown)
-            server.server_close()
+            await server.stop()
+
+    @property
+    def probe_port(self) -> int | None:
+        """The probe server's bound port (None when it is off)."""
+        return self._server.port if self._server is not None else None
+
+    async def _database_answers(self) -> str | None:
+        return await database_answers(self.store.pool)
 
     async def _loop(self) -> None:
         interval = self.settings.observe_interval.total_seconds()

@@ -66,9 +66,9 @@ class ObservabilitySettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SAGAFLOW_", extra="ignore")
 
-    #: Serve Prometheus ``/metrics`` on this port (off when unset).
+    #: Serve ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    #: Address the metrics endpoint binds.
+    #: Address the probe port binds.
     metrics_addr: str = "0.0.0.0"
     #: How often the in-flight, dead, dead-letter, outbox and stuck gauges are refreshed.
     observe_interval: Duration = timedelta(seconds=15)

@@ -29,6 +29,7 @@ from coordinator.store import SagaStore
 from coordinator.worker.compaction import CompactionLoop
 from coordinator.worker.offset_commits import OffsetCommitter
 from outbox_relay import RelayWaker
+from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
 
@@ -108,7 +109,8 @@ class Worker:
                 await migrate(conn)
         self.store.add_timer_listener(self._on_timer_scheduled)
         self._relay_waker = await start_relay_waker(self.store, s)
-        self.observability = WorkerObservability(self.store, name=self.name)
+        self.observability = WorkerObservability(self.store, name=self.name,
+                                                 live=self._live, ready=self._ready)
         await self.observability.start()
         mappers = await sync_declared(self.store, self.registry, now=datetime.now(UTC))
         self.schedules = ScheduleFirer(
@@ -137,6 +139,19 @@ class Worker:
             asyncio.create_task(self._schedule_loop(), name=f"{self.name}-schedules"),
         ]
         log.info("%s started (group %s)", self.name, s.group_id)
+
+    def _live(self) -> str | None:
+        """Liveness: every loop still runs (``run`` exits when one crashes; this catches an
+        embedding that does not)."""
+        return tasks_alive(self._tasks)
+
+    async def _ready(self) -> str | None:
+        """Readiness: started, not stopping, and the database answers."""
+        if not self._tasks:
+            return "starting"
+        if self._stopping.is_set():
+            return "stopping"
+        return self._live() or await database_answers(self.store.pool)
 
     async def stop(self) -> None:
         """Let the batch in flight finish (bounded), leave the group, close (idempotent)."""
