@@ -85,16 +85,18 @@ async def record_dead_letter(conn: Any, letter: DeadLetter) -> bool:
 
 
 async def list_dead_letters(
-    conn: Any, *, source: str | None = None, limit: int = 100
+    conn: Any, *, source: str | None = None, limit: int = 100, before_id: int | None = None
 ) -> list[DeadLetter]:
-    """The newest dead letters first, optionally of one source."""
+    """The newest dead letters first, optionally of one source (older than ``before_id``:
+    the next page)."""
     rows = await conn.fetch(
         'SELECT id, source, topic, partition, "offset", key, headers, payload, reason,'  # noqa: S608
         f" created_at FROM {DEAD_LETTER_TABLE}"
-        " WHERE ($1::text IS NULL OR source = $1)"
+        " WHERE ($1::text IS NULL OR source = $1) AND ($3::bigint IS NULL OR id < $3)"
         " ORDER BY id DESC LIMIT $2",
         source,
         limit,
+        before_id,
     )
     return [
         DeadLetter(

@@ -389,6 +389,18 @@ class OutboxDeadLetterOut(BaseModel):
     failed_at: datetime
 
 
+class DeadLetterPageOut(BaseModel):
+    items: list[DeadLetterOut]
+    #: Pass back as ``cursor`` for the next page; null on the last one.
+    next_cursor: str | None
+
+
+class OutboxDeadLetterPageOut(BaseModel):
+    items: list[OutboxDeadLetterOut]
+    #: Pass back as ``cursor`` for the next page; null on the last one.
+    next_cursor: str | None
+
+
 class ActionOut(BaseModel):
     """What a dead-letter action did."""
 

@@ -15,10 +15,17 @@ from typing import Annotated, Any, Final
 import asyncpg
 from fastapi import APIRouter, Depends, Path, Query
 
+from coordinator.api import cursors
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
-from coordinator.api.errors import Conflict, NotFound
-from coordinator.api.models import ActionOut, DeadLetterOut, OutboxDeadLetterOut
+from coordinator.api.errors import BadRequest, Conflict, NotFound
+from coordinator.api.models import (
+    ActionOut,
+    DeadLetterOut,
+    DeadLetterPageOut,
+    OutboxDeadLetterOut,
+    OutboxDeadLetterPageOut,
+)
 from coordinator.api.repairs import operator_actor
 from coordinator.engine import ReplyReceived
 from coordinator.store import ApplyOutcome, PendingEvent
@@ -102,16 +109,35 @@ async def _delete_letter(conn: asyncpg.Connection, letter_id: int) -> bool:
     return status == "DELETE 1"
 
 
-@router.get("/dead-letters", response_model=list[DeadLetterOut],
+@router.get("/dead-letters", response_model=DeadLetterPageOut,
             summary="Dead letters, newest first")
 async def get_dead_letters(
     ctx: Ctx, _: Viewer,
     source: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> list[DeadLetterOut]:
+    cursor: cursors.CursorParam = None,
+) -> DeadLetterPageOut:
+    before = _cursor_id(cursor, _LETTERS, source) if cursor is not None else None
     async with ctx.store.pool.acquire() as conn:
-        letters = await list_dead_letters(conn, source=source, limit=limit)
-    return [_letter_out(letter, decode=False) for letter in letters]
+        letters = await list_dead_letters(conn, source=source, limit=limit + 1,
+                                          before_id=before)
+    items, nxt = cursors.split_page(letters, limit, _LETTERS,
+                                    lambda d: (d.id or 0, source or ""))  # stored: has an id
+    return DeadLetterPageOut(items=[_letter_out(d, decode=False) for d in items],
+                             next_cursor=nxt)
+
+
+_LETTERS: Final = "dead-letters"
+_OUTBOX_LETTERS: Final = "outbox-dead-letters"
+
+
+def _cursor_id(cursor: str, kind: str, source: str | None = None) -> int:
+    """The id a dead-letter cursor carries; it must come from the same filter."""
+    letter_id, filtered = cursors.decode(cursor, kind, 2)
+    if not isinstance(letter_id, int) or filtered != (source or ""):
+        raise BadRequest("the cursor belongs to another filter; start again without it",
+                         code="invalid_cursor")
+    return letter_id
 
 
 @router.get("/dead-letters/{letter_id}", response_model=DeadLetterOut,
@@ -189,15 +215,18 @@ def _outbox_out(d: OutboxDeadLetter) -> OutboxDeadLetterOut:
         failed_at=d.failed_at)
 
 
-@router.get("/outbox/dead-letters", response_model=list[OutboxDeadLetterOut],
+@router.get("/outbox/dead-letters", response_model=OutboxDeadLetterPageOut,
             summary="Outbox rows the relay could not publish, in id order")
 async def get_outbox_dead_letters(
     ctx: Ctx, _: Viewer,
-    after_id: Annotated[int | None, Query(ge=0, le=9_223_372_036_854_775_807)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> list[OutboxDeadLetterOut]:
+    cursor: cursors.CursorParam = None,
+) -> OutboxDeadLetterPageOut:
+    after = _cursor_id(cursor, _OUTBOX_LETTERS) if cursor is not None else None
     async with ctx.store.pool.acquire() as conn:
-        return [_outbox_out(d) for d in await list_outbox(conn, limit=limit, after_id=after_id)]
+        rows = await list_outbox(conn, limit=limit + 1, after_id=after)
+    items, nxt = cursors.split_page(rows, limit, _OUTBOX_LETTERS, lambda d: (d.id, ""))
+    return OutboxDeadLetterPageOut(items=[_outbox_out(d) for d in items], next_cursor=nxt)
 
 
 @router.get("/outbox/dead-letters/{letter_id}", response_model=OutboxDeadLetterOut,

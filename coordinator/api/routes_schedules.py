@@ -10,14 +10,15 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from coordinator.api import cursors
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
-from coordinator.api.errors import ApiError, Conflict, NotFound
+from coordinator.api.errors import ApiError, BadRequest, Conflict, NotFound
 from coordinator.api.models import Reason
 from coordinator.schedules import (
     ScheduleConflict,
@@ -70,6 +71,18 @@ class RunOut(BaseModel):
     #: Nominal fire time -> the saga started.
     lag_seconds: float | None
     actor: str
+
+
+class SchedulePageOut(BaseModel):
+    items: list[ScheduleOut]
+    #: Pass back as ``cursor`` for the next page; null on the last one.
+    next_cursor: str | None
+
+
+class RunPageOut(BaseModel):
+    items: list[RunOut]
+    #: Pass back as ``cursor`` for the next page; null on the last one.
+    next_cursor: str | None
 
 
 class ScheduleDetail(ScheduleOut):
@@ -145,13 +158,28 @@ def _check_target(ctx: Context, d: ScheduleDefinition) -> None:
         raise InvalidInput(d.saga_type, errors) from exc
 
 
-@router.get("/schedules", response_model=list[ScheduleOut], summary="List schedules")
+@router.get("/schedules", response_model=SchedulePageOut, summary="List schedules, by id")
 async def list_schedules(
     ctx: Ctx, _: Viewer,
     saga_type: Annotated[str | None, Query(alias="type", min_length=1, max_length=200)] = None,
-) -> list[ScheduleOut]:
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: cursors.CursorParam = None,
+) -> SchedulePageOut:
+    after = None
+    if cursor is not None:
+        after, of_type = cursors.decode(cursor, _SCHEDULES, 2)
+        if of_type != (saga_type or "") or not isinstance(after, str):
+            raise BadRequest("the cursor belongs to another filter; start again without it",
+                             code="invalid_cursor")
     async with ctx.store.pool.acquire() as conn:
-        return [_out(s) for s in await repo.list_all(conn, saga_type=saga_type)]
+        rows = await repo.list_all(conn, saga_type=saga_type, limit=limit + 1, after_id=after)
+    items, nxt = cursors.split_page(rows, limit, _SCHEDULES,
+                                    lambda s: (s.definition.id, saga_type or ""))
+    return SchedulePageOut(items=[_out(s) for s in items], next_cursor=nxt)
+
+
+_SCHEDULES: Final = "schedules"
+_RUNS: Final = "schedule-runs"
 
 
 @router.post("/schedules", response_model=ScheduleOut, status_code=201,
@@ -194,18 +222,35 @@ async def get_schedule(
                           upcoming=times)
 
 
-@router.get("/schedules/{schedule_id}/runs", response_model=list[RunOut],
+@router.get("/schedules/{schedule_id}/runs", response_model=RunPageOut,
             summary="A schedule's runs, newest nominal time first")
 async def list_schedule_runs(
     schedule_id: ScheduleId, ctx: Ctx, _: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     since: datetime | None = None,
-) -> list[RunOut]:
+    cursor: cursors.CursorParam = None,
+) -> RunPageOut:
+    before = _run_cursor(cursor, schedule_id) if cursor is not None else None
     with _schedule_errors():
         async with ctx.store.pool.acquire() as conn:
             await repo.get(conn, schedule_id)
-            rows = await repo.list_runs(conn, schedule_id, limit=limit, since=since)
-    return [_run(r) for r in rows]
+            rows = await repo.list_runs(conn, schedule_id, limit=limit + 1, since=since,
+                                        before=before)
+    items, nxt = cursors.split_page(rows, limit, _RUNS,
+                                    lambda r: (r["nominal_at"].isoformat(), schedule_id))
+    return RunPageOut(items=[_run(r) for r in items], next_cursor=nxt)
+
+
+def _run_cursor(cursor: str, schedule_id: str) -> datetime:
+    at, of = cursors.decode(cursor, _RUNS, 2)
+    try:
+        before = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        before = None
+    if before is None or before.tzinfo is None or of != schedule_id:
+        raise BadRequest("the cursor belongs to another list; start again without it",
+                         code="invalid_cursor")
+    return before
 
 
 @router.get("/schedules/{schedule_id}/preview", response_model=PreviewOut,

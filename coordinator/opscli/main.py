@@ -19,7 +19,15 @@ from uuid import UUID
 import httpx
 
 from coordinator.opscli import schedules
-from coordinator.opscli.render import render_dead, render_history, render_job, render_saga, table
+from coordinator.opscli.render import (
+    page_params,
+    render_dead,
+    render_history,
+    render_job,
+    render_saga,
+    table,
+    write_next_page,
+)
 from participant_sdk.version import version_line
 
 __all__ = ["main"]
@@ -91,9 +99,7 @@ def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_list(client: httpx.Client, args: argparse.Namespace) -> Any:
-    params = _filter_params(args) | {"limit": args.limit, "sort": args.sort}
-    if args.cursor:
-        params["cursor"] = args.cursor
+    params = _filter_params(args) | page_params(args) | {"sort": args.sort}
     return _call(client, "GET", "/sagas", params=params)
 
 
@@ -110,7 +116,7 @@ def cmd_diagram(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_dead(client: httpx.Client, args: argparse.Namespace) -> Any:
-    params: dict[str, Any] = {"limit": args.limit}
+    params = page_params(args)
     if args.type:
         params["type"] = args.type
     return _call(client, "GET", "/dead-sagas", params=params)
@@ -185,7 +191,7 @@ def cmd_verify_job(client: httpx.Client, args: argparse.Namespace) -> Any:
 def cmd_letters(client: httpx.Client, args: argparse.Namespace) -> Any:
     base = "/outbox/dead-letters" if args.outbox else "/dead-letters"
     if args.action == "list":
-        return _call(client, "GET", base, params={"limit": args.limit})
+        return _call(client, "GET", base, params=page_params(args))
     if args.id is None:
         raise CliError(f"dead-letters {args.action} needs an id", 2)
     if args.action == "show":
@@ -212,8 +218,7 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
     elif command == "list":
         out.write(table(data["items"], ["saga_id", "saga_type", "version", "status", "state",
                                         "retries", "stuck", "created_at"]))
-        if data.get("next_cursor"):
-            out.write(f"next page: --cursor {data['next_cursor']}\n")
+        write_next_page(data, out)
     elif command in ("show", "start", *_VERBS):
         out.write(render_saga(data))
     elif command == "history":
@@ -232,10 +237,11 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
                   f"from seq {data['from_seq']})\n")
         out.writelines(f"  {d}\n" for d in data["differences"])
     elif command == "dead-letters":
-        if isinstance(data, list):
-            out.write(table(data, ["id", "source", "topic", "reason", "created_at"]
+        if args.action == "list":
+            out.write(table(data["items"], ["id", "source", "topic", "reason", "created_at"]
                             if not args.outbox else
                             ["id", "topic", "key", "error_class", "reason", "failed_at"]))
+            write_next_page(data, out)
         else:
             out.write(json.dumps(data, indent=2) + "\n")
 
@@ -313,6 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     p = add("dead", cmd_dead, "the dead-saga queue")
     p.add_argument("--type", help="saga type")
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--cursor", help="the next_cursor of the previous page")
     add("types", cmd_types, "registered saga types")
     p = add("start", cmd_start, "start a saga")
     p.add_argument("type", help="saga type")
@@ -343,7 +350,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "show", "requeue", "discard"], help="what to do")
     p.add_argument("id", nargs="?", type=int, help="dead letter id (show, requeue, discard)")
     p.add_argument("--outbox", action="store_true", help="the outbox's dead letters")
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--limit", type=int, default=100, help="list: page size (default 100)")
+    p.add_argument("--cursor", help="list: the next_cursor of the previous page")
     schedules.add_schedule_commands(add("schedules", cmd_schedules, "recurring and delayed "
                                         "saga starts: list, create, pause, trigger, backfill..."))
     return parser

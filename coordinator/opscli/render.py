@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
-__all__ = ["render_dead", "render_history", "render_job", "render_saga", "table"]
+__all__ = ["page_params", "render_dead", "render_history", "render_job", "render_saga", "table",
+           "write_next_page"]
 
 
 #: Columns that say why (a reason, an error, an outcome's message): never cut short.
@@ -24,6 +25,22 @@ def _attempts(value: Any) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{phase} {n}" for phase, n in value.items())
     return _cell(value)
+
+
+def page_params(args: Any) -> dict[str, Any]:
+    """``limit`` and ``cursor`` of a list command (every API list pages the same way)."""
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.cursor:
+        params["cursor"] = args.cursor
+    return params
+
+
+def next_page_line(page: Mapping[str, Any]) -> str:
+    return f"next page: --cursor {page['next_cursor']}\n" if page.get("next_cursor") else ""
+
+
+def write_next_page(page: Mapping[str, Any], out: TextIO) -> None:
+    out.write(next_page_line(page))
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -71,7 +88,8 @@ def render_history(data: Mapping[str, Any]) -> str:
 def render_dead(data: Mapping[str, Any]) -> str:
     rows = [{**d, "last_error": (d.get("last_error") or {}).get("message")}
             for d in data["items"]]
-    return table(rows, ["saga_id", "saga_type", "step", "attempts", "reason", "last_error"])
+    return (table(rows, ["saga_id", "saga_type", "step", "attempts", "reason", "last_error"])
+            + next_page_line(data))
 
 
 def render_job(data: Mapping[str, Any]) -> str:

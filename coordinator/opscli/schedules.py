@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from coordinator.opscli.render import table
+from coordinator.opscli.render import page_params, table, write_next_page
 
 __all__ = ["add_schedule_commands", "render_schedules"]
 
@@ -72,7 +72,10 @@ def _definition(args: argparse.Namespace) -> dict[str, Any]:
 def run(call: Call, client: httpx.Client, args: argparse.Namespace) -> Any:
     a, base = args.action, "/schedules"
     if a == "list":
-        return call(client, "GET", base, params={"type": args.type} if args.type else {})
+        params = page_params(args)
+        if args.type:
+            params["type"] = args.type
+        return call(client, "GET", base, params=params)
     path = f"{base}/{args.id}"
     if a == "show":
         return call(client, "GET", path, params={"runs": args.limit})
@@ -91,7 +94,7 @@ def run(call: Call, client: httpx.Client, args: argparse.Namespace) -> Any:
                     json={"start": args.start, "end": args.end, "reason": args.reason})
     if a == "preview":
         return call(client, "GET", f"{path}/preview", params={"count": args.count})
-    return call(client, "GET", f"{path}/runs", params={"limit": args.limit})
+    return call(client, "GET", f"{path}/runs", params=page_params(args))
 
 
 def add_schedule_commands(p: argparse.ArgumentParser) -> None:
@@ -126,7 +129,9 @@ def add_schedule_commands(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start", help="backfill: first time (ISO 8601)")
     p.add_argument("--end", help="backfill: last time (ISO 8601)")
     p.add_argument("--count", type=int, default=10, help="preview: how many times")
-    p.add_argument("--limit", type=int, default=20, help="show/runs: how many runs")
+    p.add_argument("--limit", type=int, default=20,
+                   help="show/runs: how many runs; list/runs: page size")
+    p.add_argument("--cursor", help="list/runs: the next_cursor of the previous page")
 
 
 def check(args: argparse.Namespace) -> str | None:
@@ -154,7 +159,8 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 def render_schedules(args: argparse.Namespace, data: Any, out: TextIO) -> None:
     a = args.action
     if a == "list":
-        out.write(table([_row(s) for s in data], _COLUMNS))
+        out.write(table([_row(s) for s in data["items"]], _COLUMNS))
+        write_next_page(data, out)
     elif a in ("show", "create", "update", "pause", "resume"):
         out.write(table([_row(data)], _COLUMNS))
         out.write(f"spec: {json.dumps(data['definition']['spec'])}\n")
@@ -162,8 +168,11 @@ def render_schedules(args: argparse.Namespace, data: Any, out: TextIO) -> None:
             out.write("next: " + ", ".join(data["upcoming"]) + "\n")
         if data.get("recent_runs"):
             out.write(table(data["recent_runs"], _RUN_COLUMNS))
-    elif a in ("runs", "trigger"):
-        out.write(table(data if isinstance(data, list) else [data], _RUN_COLUMNS))
+    elif a == "runs":
+        out.write(table(data["items"], _RUN_COLUMNS))
+        write_next_page(data, out)
+    elif a == "trigger":
+        out.write(table([data], _RUN_COLUMNS))
     elif a == "preview":
         out.writelines(f"{t}\n" for t in data["times"])
     else:

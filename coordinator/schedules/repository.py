@@ -105,10 +105,12 @@ async def get(conn: asyncpg.Connection, schedule_id: str, *, lock: bool = False
 
 
 async def list_all(conn: asyncpg.Connection, *, saga_type: str | None = None,
-                   limit: int = 500) -> list[ScheduleState]:
+                   limit: int = 500, after_id: str | None = None) -> list[ScheduleState]:
+    """Schedules in id order (after ``after_id``: the next page)."""
     rows = await conn.fetch(
-        SELECT_SCHEDULE + " WHERE ($1::text IS NULL OR saga_type = $1) ORDER BY id LIMIT $2",
-        saga_type, limit)
+        SELECT_SCHEDULE + " WHERE ($1::text IS NULL OR saga_type = $1)"
+        " AND ($3::text IS NULL OR id > $3) ORDER BY id LIMIT $2",
+        saga_type, limit, after_id)
     return [state_of(r) for r in rows]
 
 
@@ -183,13 +185,17 @@ async def get_run(conn: asyncpg.Connection, schedule_id: str, nominal: datetime)
 
 
 async def list_runs(conn: asyncpg.Connection, schedule_id: str, *, limit: int = 50,
-                    since: datetime | None = None) -> list[RunRecord]:
+                    since: datetime | None = None,
+                    before: datetime | None = None) -> list[RunRecord]:
+    """Runs newest nominal time first: at or after ``since``, before ``before`` (the next
+    page; nominal times are unique per schedule)."""
     rows = await conn.fetch(
         f"""
         SELECT {_RUN_COLUMNS}
         FROM schedule_runs r LEFT JOIN sagas s ON s.id = r.saga_id
         WHERE r.schedule_id = $1 AND ($3::timestamptz IS NULL OR r.nominal_at >= $3)
+          AND ($4::timestamptz IS NULL OR r.nominal_at < $4)
         ORDER BY r.nominal_at DESC LIMIT $2
         """,  # noqa: S608
-        schedule_id, limit, since)
+        schedule_id, limit, since, before)
     return [RunRecord(dict(r)) for r in rows]

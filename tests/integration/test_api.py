@@ -219,7 +219,7 @@ async def test_dead_letters_list_inspect_requeue_discard(api: Api) -> None:
         await record_dead_letter(conn, DeadLetter(
             source="coordinator:replies", reason="saga was busy", payload=good,
             topic="t.replies", partition=0, offset=2))
-    letters = (await api.get("/dead-letters")).json()
+    letters = (await api.get("/dead-letters")).json()["items"]
     assert [d["offset"] for d in letters] == [2, 1]
     junk_id, good_id = letters[1]["id"], letters[0]["id"]
     junk = (await api.get(f"/dead-letters/{junk_id}")).json()
@@ -233,7 +233,7 @@ async def test_dead_letters_list_inspect_requeue_discard(api: Api) -> None:
     saga = (await api.get(f"/sagas/{sid}")).json()
     assert saga["steps"][0]["phase"] == "succeeded"
     assert (await api.delete(f"/dead-letters/{junk_id}")).status_code == 200
-    assert (await api.get("/dead-letters")).json() == []
+    assert (await api.get("/dead-letters")).json() == {"items": [], "next_cursor": None}
     assert (await api.get(f"/dead-letters/{junk_id}")).status_code == 404
 
 
@@ -250,12 +250,12 @@ async def test_outbox_dead_letters(api: Api) -> None:
             SELECT id, shard, topic, key, payload, message_id, headers, created_at, now(),
                    'MessageSizeTooLargeError', 'too big' FROM d
             """, row_id)
-    (letter,) = (await api.get("/outbox/dead-letters")).json()
+    (letter,) = (await api.get("/outbox/dead-letters")).json()["items"]
     assert letter["id"] == row_id and letter["reason"] == "too big"
     one = (await api.get(f"/outbox/dead-letters/{row_id}")).json()
     assert json.loads(base64.b64decode(one["payload_base64"]))["step"] == "charge"
     assert (await api.post(f"/outbox/dead-letters/{row_id}/requeue")).status_code == 200
-    assert (await api.get("/outbox/dead-letters")).json() == []
+    assert (await api.get("/outbox/dead-letters")).json() == {"items": [], "next_cursor": None}
     assert (await api.delete(f"/outbox/dead-letters/{row_id}")).status_code == 404
 
 

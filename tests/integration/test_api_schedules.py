@@ -58,7 +58,7 @@ async def test_create_fire_and_inspect_a_schedule(api: Api, caplog: Any) -> None
     saga = (await api.get(f"/sagas/{run['saga_id']}")).json()
     assert saga["input"]["order_id"] == "2026-01-01T01:00:00+00:00"
     listed = (await api.get("/schedules", params={"type": "ship_order"})).json()
-    assert [s["definition"]["id"] for s in listed] == ["hourly-ship"]
+    assert [s["definition"]["id"] for s in listed["items"]] == ["hourly-ship"]
 
 
 async def test_operator_actions_are_role_checked_and_audited(api: Api, caplog: Any) -> None:
@@ -82,7 +82,7 @@ async def test_operator_actions_are_role_checked_and_audited(api: Api, caplog: A
                        {"start": "2026-01-01T01:00:00Z", "end": "2026-01-01T02:30:00Z",
                         "reason": "the pause"})
     assert r.json() == {"outcomes": {"backfilled": 2}}
-    runs = (await api.get("/schedules/hourly-ship/runs")).json()
+    runs = (await api.get("/schedules/hourly-ship/runs")).json()["items"]
     assert [r["outcome"] for r in runs] == ["triggered", "backfilled", "backfilled"]
     changed = {**BODY, "overlap": "skip", "spec": {"intervals": [{"every": "PT15M"}]}}
     r = await api.client.put("/schedules/hourly-ship", json=changed, headers=bearer(OPERATOR))
