@@ -3,7 +3,9 @@
 # (`python -m examples...`): they are not part of the installed wheel.
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
+# PYTHONPATH: console scripts (sagaflow-coordinator ...) find the saga modules in /app too.
+ENV PYTHONPATH=/app \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

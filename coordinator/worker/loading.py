@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from coordinator.definition import Saga
@@ -23,7 +24,8 @@ def import_saga(spec: str) -> type[Saga]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SagaImportError(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
+        raise SagaImportError(f"cannot import {module_name!r} for {spec!r}: {exc}"
+                              f"{_path_hint(module_name, exc)}") from exc
     target: Any = module
     for part in attr.split("."):
         try:
@@ -33,6 +35,18 @@ def import_saga(spec: str) -> type[Saga]:
     if not (isinstance(target, type) and issubclass(target, Saga)):
         raise SagaImportError(f"{spec!r} is {target!r}, not a Saga subclass")
     return target
+
+
+def _path_hint(module_name: str, exc: ImportError) -> str:
+    """Why a package sitting in the current folder is not found: console scripts
+    (``sagaflow-coordinator``) do not search it, ``python -m`` does."""
+    top = module_name.split(".")[0]
+    here = Path.cwd()
+    if not (isinstance(exc, ModuleNotFoundError) and exc.name == top
+            and ((here / top).is_dir() or (here / f"{top}.py").is_file())):
+        return ""
+    return (f" ({top!r} is in the current folder, which a console script does not search: "
+            "set PYTHONPATH=. or run python -m coordinator)")
 
 
 def build_registry(specs: Iterable[str | type[Saga]], *, topic_prefix: str) -> Any:

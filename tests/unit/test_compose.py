@@ -60,7 +60,7 @@ def test_the_coordinator_runs_every_example_saga_and_each_participant_is_a_servi
 def test_the_api_serves_the_same_sagas_beyond_its_container() -> None:
     services = _compose()["services"]
     api, worker = services["api"], services["coordinator"]
-    assert api["command"][:2] == ["sagaflow-coordinator", "api"]
+    assert api["command"] == ["python", "-m", "coordinator", "api"]
     assert api["environment"]["SAGAFLOW_SAGAS"] == worker["environment"]["SAGAFLOW_SAGAS"]
     assert api["environment"]["SAGAFLOW_DSN"] == worker["environment"]["SAGAFLOW_DSN"]
     assert api["environment"]["SAGAFLOW_API_HOST"] == "0.0.0.0"
