@@ -117,11 +117,15 @@ class JsonFormatter(logging.Formatter):
 
 
 class StartupNoiseFilter(logging.Filter):
-    """aiokafka logs ERROR while a fresh broker creates its offsets topic
-    (``GroupCoordinatorNotAvailableError``, which it retries); a normal first start shows
-    that as INFO. Every other aiokafka error keeps its level."""
+    """aiokafka logs ERROR for what it retries while a broker creates topics on first use:
+    the offsets topic (``GroupCoordinatorNotAvailableError``), a topic not in the metadata yet,
+    a partition whose leader is still being elected (``NotLeaderForPartitionError`` fetching
+    offsets). A normal first start shows those as INFO. Every other aiokafka error keeps its
+    level. (A topic that never appears, with auto-creation off, leaves the process without
+    partitions: ``sagaflow-coordinator topics`` creates them.)"""
 
-    _EXPECTED = ("GroupCoordinatorNotAvailableError",)
+    _EXPECTED = ("GroupCoordinatorNotAvailableError", "not found in cluster metadata",
+                 "Failed fetch offsets from")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if (record.levelno == logging.ERROR and record.name.startswith("aiokafka")
