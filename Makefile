@@ -46,7 +46,7 @@ lint: bootstrap
 ## test: lint, then every test suite against the local services (the failover scenarios,
 ##       4-5 minutes each on 2 cores, run with test-failover)
 test: services lint
-	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m "not failover"
+	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m "not failover" --durations=30
 
 ## test-failover: the failover chaos scenarios (they start and stop their own HA stack)
 test-failover: services
