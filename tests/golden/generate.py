@@ -28,6 +28,7 @@ from coordinator.engine.events import (
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
 from coordinator.store.nodes import node_writes, spine_json
+from examples.checkout_saga import CheckoutSaga
 from examples.order_saga import OrderSaga
 from participant_sdk.protocol import (
     ErrorInfo,
@@ -64,6 +65,17 @@ def _order_run() -> tuple[Simulator, dict[str, Any]]:
     return sim, out
 
 
+def _checkout_tree() -> Any:
+    """The checkout example mid-flight: for-each items and race branches as node rows."""
+    sim = Simulator(compile_saga(CheckoutSaga), saga_id=uuid.UUID(int=2))
+    sim.start({"order_id": "o-2", "customer_id": "c-2", "amount_cents": 900,
+               "address": "1 Main St", "lines": [{"sku": "a", "quantity": 1},
+                                                 {"sku": "b", "quantity": 2}]})
+    while not any(c.step.startswith("carrier_") for c in sim.pending.values()):
+        sim.reply_to(next(iter(sim.pending.values())))
+    return sim.current
+
+
 def _node_rows(state: Any) -> list[dict[str, Any]]:
     writes = node_writes([(state.saga_id, None, state, ())])
     return [{"key": k, "ordinal": o, "state": json.loads(s)}
@@ -85,6 +97,7 @@ def documents() -> dict[str, Any]:
         "stored/spine-running.json": json.loads(spine_json(run["running"])),
         "stored/nodes-running.json": _node_rows(run["running"]),
         "stored/timer-retry.json": _timer_row(run["retry_timer"]),
+        "stored/snapshot-tree-running.json": _checkout_tree().to_json(),
         "stored/timer-deadline.json": _timer_row(run["deadline_timer"]),
     }
     docs["stored/history.json"] = [
