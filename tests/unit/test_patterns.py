@@ -130,3 +130,12 @@ def test_the_pattern_docs_are_current() -> None:
     assert (ROOT / "docs" / "patterns.md").read_text() == render(), (
         "docs/patterns.md is stale: run "
         "`python -m coordinator.patterns.docs --write docs/patterns.md`")
+
+
+def test_the_public_surface_is_deliberate() -> None:
+    import coordinator.patterns as patterns
+
+    assert patterns.__all__ == [
+        "PATTERNS", "ApprovalInput", "EtlBatchInput", "OnboardingInput", "OrderInput",
+        "OrderLine", "Pattern", "RefundInput", "approval_saga", "etl_batch_saga",
+        "onboarding_saga", "order_saga", "refund_saga"]
