@@ -1,5 +1,5 @@
 """``sagaflow-coordinator <verb>`` (``python -m coordinator``): migrate, worker, api, topics,
-verify, compact, diagram.
+verify, compact, diagram, compat.
 
 Each verb is one small function; options override ``SAGAFLOW_*`` environment settings (the
 configuration reference, ``docs/configuration.md``, lists them). The worker and the API need
@@ -179,6 +179,8 @@ def _parser() -> argparse.ArgumentParser:
     verb("migrate", cmd_migrate, "apply pending schema migrations")
     verbs.add_parser("diagram", add_help=False,
                      help="draw a saga class's state machine (Mermaid, or --json)")
+    verbs.add_parser("compat", add_help=False,
+                     help="compare two saga versions' input models; exit 1 when breaking")
     worker = verb("worker", cmd_worker, "run the reply consumer and the timer loop")
     worker.add_argument("--kafka-bootstrap", dest="kafka_bootstrap",
                         help="Kafka bootstrap servers (SAGAFLOW_KAFKA_BOOTSTRAP)")
@@ -225,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.diagram import main_diagram
 
         return main_diagram(given[1:])
+    if given[:1] == ["compat"]:  # neither
+        from coordinator.compat import main_compat
+
+        return main_compat(given[1:])
     args = _parser().parse_args(given)
     service = "sagaflow-api" if args.verb == "api" else "sagaflow-coordinator"
     configure_logging(service, level=logging.DEBUG if args.verbose else None)

@@ -36,6 +36,11 @@ class CoordinatorSettings(BaseSettings):
     sagas: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: Apply pending migrations when the worker starts.
     migrate_on_start: bool = False
+    #: Start the worker even when sagas are live on a version it does not register (by
+    #: default it refuses: exit 2, naming each type, version and live count). Their replies
+    #: and timers are then deferred, retried every 30 s, until a worker that registers the
+    #: version handles them; none is dropped or dead-lettered.
+    allow_unregistered_versions: bool = False
     #: Most replies fetched from Kafka and applied in one database transaction.
     reply_batch_size: int = Field(default=200, ge=1, le=10_000)
     #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are

@@ -16,6 +16,7 @@ from coordinator.engine.state import ParentLink
 from participant_sdk.protocol import Phase, ReplyEnvelope
 
 __all__ = [
+    "EVENT_FORMAT_VERSION",
     "Event",
     "OperatorRepair",
     "ParentRequest",
@@ -27,7 +28,11 @@ __all__ = [
     "event_from_json",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+#: Readers ignore fields they do not know (see ``state._FROZEN``).
+_FROZEN = ConfigDict(frozen=True, extra="ignore")
+#: Format of a stored history event (and of a delivery's event); bumped like
+#: ``STATE_FORMAT_VERSION``.
+EVENT_FORMAT_VERSION = 1
 
 
 class TimerKind(StrEnum):
@@ -51,6 +56,9 @@ class RepairVerb(StrEnum):
 
 class _EventBase(BaseModel):
     model_config = _FROZEN
+
+    #: :data:`EVENT_FORMAT_VERSION` of the writer (events written before it existed: 1).
+    format_version: int = Field(default=EVENT_FORMAT_VERSION, ge=1, le=EVENT_FORMAT_VERSION)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from participant_sdk.protocol import Phase
 
 __all__ = [
+    "STATE_FORMAT_VERSION",
     "ErrorRecord",
     "Outstanding",
     "ParentLink",
@@ -28,7 +29,12 @@ __all__ = [
     "StepState",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+#: Readers ignore fields they do not know (a newer build or a rollback wrote them); writers
+#: stay strict through mypy (pydantic plugin, ``init_forbid_extra``).
+_FROZEN = ConfigDict(frozen=True, extra="ignore")
+#: Format of the stored snapshot and node rows. Additive changes keep it; a change an older
+#: reader would misread bumps it, and such a reader then refuses the row instead.
+STATE_FORMAT_VERSION = 1
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -205,6 +211,8 @@ class SagaState(BaseModel):
     saga_type: str
     version: int
     status: Status
+    #: :data:`STATE_FORMAT_VERSION` of the writer (rows written before it existed: 1).
+    format_version: int = Field(default=STATE_FORMAT_VERSION, ge=1, le=STATE_FORMAT_VERSION)
     stage: Stage = Stage.FORWARD
     input: dict[str, Any]
     steps: dict[str, StepState]

@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
+from urllib.parse import quote
 from uuid import UUID
 
 import httpx
@@ -25,6 +26,7 @@ from coordinator.opscli.render import (
     render_history,
     render_job,
     render_saga,
+    render_versions,
     table,
     write_next_page,
 )
@@ -124,6 +126,12 @@ def cmd_dead(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 def cmd_types(client: httpx.Client, args: argparse.Namespace) -> Any:
     return _call(client, "GET", "/saga-types")
+
+
+def cmd_versions(client: httpx.Client, args: argparse.Namespace) -> Any:
+    params = {"diff_from": args.diff[0], "diff_to": args.diff[1]} if args.diff else {}
+    return _call(client, "GET", f"/saga-types/{quote(args.type, safe='')}/versions",
+                 params=params)
 
 
 def cmd_start(client: httpx.Client, args: argparse.Namespace) -> Any:
@@ -229,6 +237,8 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
         out.write(render_dead(data))
     elif command == "types":
         out.write(table(data, ["name", "version", "latest"]))
+    elif command == "versions":
+        out.write(render_versions(data))
     elif command in ("bulk", "job", "bulk-verify", "verify-job"):
         out.write(render_job(data))
     elif command == "verify":
@@ -321,6 +331,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--cursor", help="the next_cursor of the previous page")
     add("types", cmd_types, "registered saga types")
+    p = add("versions", cmd_versions,
+            "drain report: sagas in flight per version of a type, and a diff of two versions")
+    p.add_argument("type", help="saga type")
+    p.add_argument("--diff", nargs=2, type=int, metavar=("FROM", "TO"),
+                   help="also show what changed from version FROM to version TO")
     p = add("start", cmd_start, "start a saga")
     p.add_argument("type", help="saga type")
     p.add_argument("input", type=_json_arg, help="the input (JSON object)")

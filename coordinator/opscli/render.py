@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-__all__ = ["page_params", "render_dead", "render_history", "render_job", "render_saga", "table",
-           "write_next_page"]
+__all__ = ["page_params", "render_dead", "render_history", "render_job", "render_saga",
+           "render_versions", "table", "write_next_page"]
 
 
 #: Columns that say why (a reason, an error, an outcome's message): never cut short.
@@ -98,3 +98,22 @@ def render_job(data: Mapping[str, Any]) -> str:
             f"status   {data['status']} ({data['total']} sagas: "
             f"{', '.join(f'{k} {v}' for k, v in sorted(data['counts'].items()))})\n\n")
     return head + table(data["items"], ["saga_id", "outcome", "status", "message"])
+
+
+def render_versions(data: Mapping[str, Any]) -> str:
+    """The drain report: one row per version, then the diff if one was asked for."""
+    rows = [{**v, **{s: v["by_status"].get(s, 0) for s in ("running", "compensating", "dead")},
+             "expected_last_finish": v["expected_last_finish"] or
+             ("unknown" if v["unbounded"] else "")} for v in data["versions"]]
+    text = f"saga type {data['saga_type']}\n" + table(rows, [
+        "version", "registered", "latest", "running", "compensating", "dead",
+        "oldest_live_at", "oldest_live_id", "unbounded", "expected_last_finish"])
+    diff = data.get("diff")
+    if diff:
+        text += f"v{diff['from_version']} -> v{diff['to_version']}:\n"
+        for key in ("steps_added", "steps_removed", "steps_changed", "states_added",
+                    "states_removed", "transitions_added", "transitions_removed"):
+            text += "".join(f"  {key.replace('_', ' ')}: {item}\n" for item in diff[key])
+        if diff["input_schema_changed"]:
+            text += "  input schema changed\n"
+    return text

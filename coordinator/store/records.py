@@ -72,6 +72,9 @@ class ApplyOutcome(StrEnum):
     NOT_FOUND = "not_found"
     #: The core refused the event (invalid transition or a failing definition); not recorded.
     REJECTED = "rejected"
+    #: This process does not register the saga's version: the event is kept and retried
+    #: later (see ``coordinator.store.deferral``); nothing recorded yet.
+    DEFERRED = "deferred"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker.compaction import CompactionLoop
 from coordinator.worker.offset_commits import OffsetCommitter
+from coordinator.worker.versions import check_live_versions
 from outbox_relay import RelayWaker
 from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
@@ -107,6 +108,15 @@ class Worker:
         if s.migrate_on_start:
             async with self.store.pool.acquire() as conn:
                 await migrate(conn)
+        try:
+            async with self.store.pool.acquire() as conn:
+                await check_live_versions(conn, self.registry,
+                                          allow=s.allow_unregistered_versions)
+        except BaseException:
+            self._stopped = True  # nothing else was started yet
+            if self._owns_store:
+                await self.store.close()
+            raise
         self.store.add_timer_listener(self._on_timer_scheduled)
         self._relay_waker = await start_relay_waker(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name,

@@ -1,0 +1,160 @@
+"""Write the golden files of every stored and wire format: ``python -m tests.golden.generate``.
+
+Run it once per format version (the output goes to ``tests/golden/format-<N>/``) and never
+again for that version: the files are what a release wrote, and
+``tests/unit/test_golden_formats.py`` checks the current readers still decode them. Every
+document comes from the code that writes it: the pure core driven by the Simulator (the store
+calls the same ``advance``), and the store's own serialisers for the saga row (spine), the
+node rows, the history rows and the timer rows; the wire envelopes from
+``participant_sdk.protocol`` and the examples of ``docs/wire-protocol.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from coordinator.engine import compile_saga
+from coordinator.engine.events import (
+    OperatorRepair,
+    ParentRequest,
+    RepairVerb,
+    TimerKind,
+)
+from coordinator.engine.simulate import Simulator
+from coordinator.engine.state import STATE_FORMAT_VERSION
+from coordinator.store.nodes import node_writes, spine_json
+from examples.checkout_saga import CheckoutSaga
+from examples.order_saga import OrderSaga
+from participant_sdk.protocol import (
+    ErrorInfo,
+    ErrorKind,
+    Outcome,
+    Phase,
+    decode_command,
+    make_reply,
+)
+from tests.unit.test_engine_fixtures import ORDER_INPUT
+
+HERE = Path(__file__).parent
+SAGA_ID = uuid.UUID("7f1e2d3c-4b5a-4968-8776-655443322110")
+
+
+def _order_run() -> tuple[Simulator, dict[str, Any]]:
+    """An order saga: a transient failure and a retry, then success; snapshots on the way."""
+    sim = Simulator(compile_saga(OrderSaga), saga_id=SAGA_ID)
+    out: dict[str, Any] = {}
+    sim.start(ORDER_INPUT, trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16
+                                          + "-01"})
+    first = sim.last()
+    out["command"] = first
+    out["deadline_timer"] = sim.next_timer(TimerKind.DEADLINE)
+    failed = sim.reply_to(first, Outcome.FAILED, kind=ErrorKind.TRANSIENT, message="db busy")
+    out["reply_failed"] = failed
+    out["retry_timer"] = sim.next_timer(TimerKind.RETRY)
+    sim.tick(timedelta(seconds=5))
+    sim.fire_next(TimerKind.RETRY)
+    out["running"] = sim.current
+    while not sim.current.status.is_terminal:
+        sim.reply_to(next(iter(sim.pending.values())))
+    out["completed"] = sim.current
+    return sim, out
+
+
+def _checkout_tree() -> Any:
+    """The checkout example mid-flight: for-each items and race branches as node rows."""
+    sim = Simulator(compile_saga(CheckoutSaga), saga_id=uuid.UUID(int=2))
+    sim.start({"order_id": "o-2", "customer_id": "c-2", "amount_cents": 900,
+               "address": "1 Main St", "lines": [{"sku": "a", "quantity": 1},
+                                                 {"sku": "b", "quantity": 2}]})
+    while not any(c.step.startswith("carrier_") for c in sim.pending.values()):
+        sim.reply_to(next(iter(sim.pending.values())))
+    return sim.current
+
+
+def _node_rows(state: Any) -> list[dict[str, Any]]:
+    writes = node_writes([(state.saga_id, None, state, ())])
+    return [{"key": k, "ordinal": o, "state": json.loads(s)}
+            for _, k, o, s in zip(*writes.upsert_args(), strict=True)]
+
+
+def _timer_row(timer: Any) -> dict[str, Any]:
+    """A ``timers`` row as the writer inserts it (id, step, phase, attempt, kind)."""
+    return {"id": timer.timer_id, "saga_id": str(SAGA_ID), "step": timer.step,
+            "phase": timer.phase.value, "attempt": timer.attempt, "kind": timer.kind.value,
+            "event": None}
+
+
+def documents() -> dict[str, Any]:
+    sim, run = _order_run()
+    docs: dict[str, Any] = {
+        "stored/snapshot-running.json": run["running"].to_json(),
+        "stored/snapshot-completed.json": run["completed"].to_json(),
+        "stored/spine-running.json": json.loads(spine_json(run["running"])),
+        "stored/nodes-running.json": _node_rows(run["running"]),
+        "stored/timer-retry.json": _timer_row(run["retry_timer"]),
+        "stored/snapshot-tree-running.json": _checkout_tree().to_json(),
+        "stored/timer-deadline.json": _timer_row(run["deadline_timer"]),
+    }
+    docs["stored/history.json"] = [
+        {"seq": seq, "event": d.history[0].event.to_json(), "actor": "worker",
+         "annotation": [h.note for h in d.history], "ignored": d.ignored}
+        for seq, d in enumerate(sim.decisions, start=1)
+    ]
+    kinds = {e["event"]["type"]: e["event"] for e in docs["stored/history.json"]}
+    kinds["operator_repair"] = OperatorRepair(
+        verb=RepairVerb.SKIP, actor="alice", reason="paid by hand", step="reserve_funds",
+        result={"held": 1250}).to_json()
+    request = ParentRequest(parent_id=uuid.UUID(int=7), step="pay", phase=Phase.CONFIRM,
+                            attempt=1, message_id=uuid.UUID(int=8), reason="parent succeeded")
+    kinds["parent_request"] = request.to_json()
+    for kind, event in sorted(kinds.items()):
+        docs[f"stored/event-{kind}.json"] = event
+    # A delivery: a timers row holding an event for another saga (here a parent's request).
+    docs["stored/timer-delivery.json"] = {
+        "id": f"{SAGA_ID}:deliver:{request.message_id}", "saga_id": str(SAGA_ID),
+        "step": None, "phase": None, "attempt": None, "kind": "deliver",
+        "event": request.to_json()}
+    command = run["command"]
+    docs["wire/command.json"] = command.model_dump(mode="json")
+    docs["wire/reply-ok.json"] = make_reply(command, Outcome.OK, result={"held": 1250}
+                                            ).model_dump(mode="json")
+    docs["wire/reply-failed.json"] = make_reply(
+        command, Outcome.FAILED, error=ErrorInfo(kind=ErrorKind.TRANSIENT, message="db busy",
+                                                 type="TimeoutError")).model_dump(mode="json")
+    docs["wire/reply-rejected.json"] = make_reply(
+        command, Outcome.REJECTED, result={"reason": "card declined"},
+        error=ErrorInfo(kind=ErrorKind.BUSINESS, message="card declined")
+    ).model_dump(mode="json")
+    docs["wire/doc-command-example.json"] = _doc_command_example()
+    return docs
+
+
+def _doc_command_example() -> dict[str, Any]:
+    """The command example of docs/wire-protocol.md §4.1, checked to decode as written."""
+    text = (HERE.parent.parent / "docs" / "wire-protocol.md").read_text()
+    block = text.split("### 4.1", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    decode_command(block.encode())
+    data: dict[str, Any] = json.loads(block)
+    return data
+
+
+def main(argv: list[str]) -> int:
+    target = HERE / f"format-{STATE_FORMAT_VERSION}"
+    if target.exists() and "--force" not in argv:
+        print(f"{target} exists: golden files are frozen once written", file=sys.stderr)
+        return 1
+    for name, doc in documents().items():
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
