@@ -13,6 +13,7 @@ from outbox_relay.metrics import RelayMetrics
 from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
 from outbox_relay.schema import DDL, DEFAULT_SHARD_COUNT, NOTIFY_CHANNEL, install
 from outbox_relay.settings import RelaySettings
+from outbox_relay.tick import RelayTick, TickReport, relay_tick
 from outbox_relay.waker import RelayWaker
 
 __all__ = [
@@ -28,13 +29,16 @@ __all__ = [
     "RelayMetrics",
     "RelaySettings",
     "RelayStateError",
+    "RelayTick",
     "RelayWaker",
     "SchemaError",
+    "TickReport",
     "count_dead_letters",
     "discard_dead_letter",
     "enqueue",
     "install",
     "list_dead_letters",
     "notify_relays",
+    "relay_tick",
     "requeue_dead_letter",
 ]
