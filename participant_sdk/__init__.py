@@ -6,6 +6,7 @@ Declare a :class:`Participant` with decorated handlers, run it with :class:`Part
 """
 
 from participant_sdk.barrier import BARRIER_TABLE, install_barrier, purge_barrier
+from participant_sdk.batch import CommandBatchHandler, CommandBatchResult
 from participant_sdk.dead_letters import (
     DEAD_LETTER_TABLE,
     DeadLetter,
@@ -51,6 +52,8 @@ __all__ = [
     "DEAD_LETTER_TABLE",
     "PROTOCOL_VERSION",
     "BusinessRejection",
+    "CommandBatchHandler",
+    "CommandBatchResult",
     "CommandEnvelope",
     "ConfigurationError",
     "DeadLetter",
