@@ -16,7 +16,7 @@ import base64
 import concurrent.futures
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -32,7 +32,13 @@ from coordinator.settings import CoordinatorSettings
 from coordinator.worker.loading import build_registry
 from examples.services import inventory, payments, shipping
 from outbox_relay import RelaySettings
-from participant_sdk import CommandBatchHandler, ParticipantSettings, command_topic, reply_topic
+from participant_sdk import (
+    CommandBatchHandler,
+    Participant,
+    ParticipantSettings,
+    command_topic,
+    reply_topic,
+)
 from participant_sdk.functions import (
     FunctionLoop,
     cloudevents_app,
@@ -202,7 +208,8 @@ class FunctionStack:
 
     def __init__(self, dsn: str, bootstrap: str, prefix: str,
                  sagas: list[type[Saga]], *, structured: bool = False,
-                 statement_cache_size: int = 100) -> None:
+                 statement_cache_size: int = 100,
+                 participants: Sequence[Participant] = ()) -> None:
         self.dsn, self.bootstrap, self.prefix = dsn, bootstrap, prefix
         self.registry = build_registry(sagas, topic_prefix=prefix)
         coordinator = CoordinatorSettings(dsn=dsn, kafka_bootstrap=bootstrap, topic_prefix=prefix,
@@ -217,11 +224,10 @@ class FunctionStack:
         )
         settings = ParticipantSettings(dsn=dsn, kafka_bootstrap=bootstrap, topic_prefix=prefix,
                                        pool_size=2, statement_cache_size=statement_cache_size)
-        self.handlers = {
-            "payments": CommandBatchHandler(payments.Payments(), settings),
-            "inventory": CommandBatchHandler(inventory.Inventory(), settings),
-            "shipping": CommandBatchHandler(shipping.Shipping(), settings),
-        }
+        every = [payments.Payments(), inventory.Inventory(), shipping.Shipping(), *participants]
+        # One retry in the SDK: a transient failure becomes a reply (and a coordinator timer).
+        settings = settings.model_copy(update={"retry_attempts": 1})
+        self.handlers = {p.name: CommandBatchHandler(p, settings) for p in every}
         self.lambdas = {name: self._lambda(name, h) for name, h in self.handlers.items()}
         self.replies = KnativeTrigger(bootstrap, reply_topic(prefix),
                                       cloudevents_app(self.reply_fn.replies),
