@@ -19,17 +19,19 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coordinator.schedules import FireReport, ScheduleFirer, sync_declared
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.store import CONNECTION_ERRORS
-from outbox_relay import RelaySettings, RelayTick, TickReport
 from participant_sdk.commands import InboundRecord
 from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
 from participant_sdk.pools import create_pool
+
+if TYPE_CHECKING:  # imported by the tick only: a reply handler's cold start skips them
+    from coordinator.schedules import FireReport, ScheduleFirer
+    from outbox_relay import RelaySettings, RelayTick, TickReport
 
 __all__ = ["CoordinatorFunctions", "TickOutcome"]
 
@@ -73,8 +75,11 @@ class CoordinatorFunctions:
         self.registry = registry
         self.statement_cache_size = statement_cache_size
         self.tick_budget = tick_budget
-        self.relay = (RelayTick(relay, max_shards=relay_max_shards, budget=tick_budget)
-                      if relay is not None else None)
+        self.relay: RelayTick | None = None
+        if relay is not None:
+            from outbox_relay import RelayTick
+
+            self.relay = RelayTick(relay, max_shards=relay_max_shards, budget=tick_budget)
         self._store: SagaStore | None = None
         self._firer: ScheduleFirer | None = None
         self._lock = asyncio.Lock()
@@ -119,7 +124,7 @@ class CoordinatorFunctions:
         firer = await self._schedules(store)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.tick_budget.total_seconds()
-        schedules = await fire_due_schedules(firer, now=now) if firer is not None else None
+        schedules = await fire_due_schedules(firer, now=now)
         limit = self.settings.timer_batch_size
         timers = 0
         while True:
@@ -154,7 +159,9 @@ class CoordinatorFunctions:
         if store is not None:
             await store.close()
 
-    async def _schedules(self, store: SagaStore) -> ScheduleFirer | None:
+    async def _schedules(self, store: SagaStore) -> ScheduleFirer:
+        from coordinator.schedules import ScheduleFirer, sync_declared
+
         async with self._lock:
             if self._firer is None:
                 mappers = await sync_declared(store, self.registry,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from participant_sdk.batch import CommandBatchHandler
 from participant_sdk.commands import InboundRecord
+
+if TYPE_CHECKING:
+    from participant_sdk.batch import CommandBatchHandler
 
 __all__ = ["FunctionLoop", "RecordBatch", "command_batch"]
 
