@@ -4,6 +4,7 @@ the test's triggers, in the event shapes the real triggers send, on real Postgre
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
 
@@ -82,3 +83,33 @@ async def test_a_poison_command_does_not_fail_its_lambda_batch(
         await producer.stop()
         await store.close()
         await stack.close()
+
+
+async def test_a_database_outage_asks_the_trigger_to_redeliver_the_whole_batch(
+    fresh_db: str, topic_prefix: str
+) -> None:
+    from coordinator.functions import CoordinatorFunctions
+    from coordinator.settings import CoordinatorSettings
+    from coordinator.worker.loading import build_registry
+    from tests.integration.functions_support import lambda_event
+
+    @dataclass
+    class Rec:
+        topic: str
+        partition: int
+        offset: int
+        key: bytes | None
+        value: bytes | None
+        headers: list[tuple[str, bytes]]
+        timestamp: int = 0
+
+    down = fresh_db.rsplit("@", 1)[0] + "@127.0.0.1:9/postgres"  # nothing listens on port 9
+    fns = CoordinatorFunctions(CoordinatorSettings(dsn=down, topic_prefix=topic_prefix),
+                               build_registry([OrderSaga], topic_prefix=topic_prefix))
+    records = [Rec("r", p, o, b"k", b"{}", []) for p, o in ((0, 5), (0, 6), (1, 9))]
+    handler = fns.lambda_replies()
+    response = await asyncio.to_thread(handler, lambda_event(records, msk=True), None)
+    assert response == {"batchItemFailures": [
+        {"itemIdentifier": {"partition": "r-0", "offset": 5}},
+        {"itemIdentifier": {"partition": "r-1", "offset": 9}},
+    ]}
