@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from outbox_relay import RelayTick, enqueue, install
+from outbox_relay.schema import SHARD_LOCK_NAMESPACE
 from outbox_relay.shards import ShardOwnership
 from tests.integration.test_relay_helpers import (
     check_per_key_order,
@@ -115,4 +116,33 @@ async def test_tick_leaves_the_shards_a_relay_loop_owns(
     finally:
         await tick.close()
         await loop_conn.close()
+        await admin.close()
+
+
+async def test_a_killed_tick_frees_its_shards_with_its_connection(
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    topic = f"{topic_prefix}.killed"
+    admin = await asyncpg.connect(fresh_db)
+    await install(admin, shard_count=16)
+    stuck = await asyncpg.connect(fresh_db)
+    tick = RelayTick(fast_settings(fresh_db, kafka_bootstrap))
+    try:
+        async with admin.transaction():
+            await enqueue(admin, [message(topic, f"k{i}", 0) for i in range(20)])
+        # A tick frozen mid-publish: its transaction holds every shard's lock.
+        tx = stuck.transaction()
+        await tx.start()
+        await stuck.execute("SELECT pg_advisory_xact_lock($1, s) FROM generate_series(0, 15) s",
+                            SHARD_LOCK_NAMESPACE)
+        assert (await tick()).published == 0
+        # Its instance dies: Postgres ends the session (as when the socket closes).
+        pid = stuck.get_server_pid()
+        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        report = await tick()
+        assert report.published == 20
+        assert await outbox_count(fresh_db) == 0
+    finally:
+        stuck.terminate()
+        await tick.close()
         await admin.close()
