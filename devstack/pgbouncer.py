@@ -8,8 +8,11 @@ entry points are tested through. ``SAGAFLOW_PGBOUNCER_PORT`` picks the port (def
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 from devstack import procs
@@ -115,4 +118,13 @@ class Pgbouncer(Service):
         procs.run(argv, timeout=30, cwd=self.dir)
 
     def stop(self, pid: int) -> None:
-        procs.terminate(pid, timeout=10)
+        # Daemonised, it leads no process group of its own: signal the pid itself.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if not procs.pid_alive(pid):
+                    return
+                time.sleep(0.1)
+        raise ServiceError(f"pgbouncer pid {pid} survived SIGKILL")
