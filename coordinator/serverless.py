@@ -12,12 +12,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coordinator.engine import ReplyReceived
 from coordinator.observability.tracing import ReplySpans
 from coordinator.reply_decoding import decode_reply_leniently
-from coordinator.schedules import FireReport, ScheduleFirer
 from coordinator.store import (
     ApplyOutcome,
     ApplyResult,
@@ -28,6 +27,9 @@ from coordinator.store import (
 from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.dead_letters import DeadLetter
 from participant_sdk.protocol import ProtocolError
+
+if TYPE_CHECKING:  # the schedules' modules cost a reply handler's cold start ~100 ms
+    from coordinator.schedules import FireReport, ScheduleFirer
 
 __all__ = ["BatchResult", "ReplyRecord", "fire_due_schedules", "fire_due_timers",
            "handle_reply_batch"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 ENV_POSTGRES = "SAGAFLOW_TEST_POSTGRES_URL"
 ENV_KAFKA = "SAGAFLOW_TEST_KAFKA_BOOTSTRAP"
 ENV_JAEGER_OTLP = "SAGAFLOW_TEST_JAEGER_OTLP"  # OTLP/HTTP base URL, e.g. http://127.0.0.1:4318
+ENV_PGBOUNCER = "SAGAFLOW_TEST_PGBOUNCER_URL"  # PgBouncer (transaction mode) in front of Postgres
 ENV_JAEGER_QUERY = "SAGAFLOW_TEST_JAEGER_QUERY"  # query API base URL, e.g. http://127.0.0.1:16686
 
 

@@ -1,4 +1,4 @@
-"""``python -m devstack up|down|status|env|app-env [postgres|kafka|jaeger|all] [--ha]``.
+"""``python -m devstack up|down|status|env|app-env [postgres|kafka|jaeger|pgbouncer|all] [--ha]``.
 
 ``env`` prints the ``SAGAFLOW_TEST_*`` variables of the test fixtures; ``app-env`` the
 variables that point sagaflow's own processes (coordinator, API, relay) at the local services.
@@ -15,10 +15,17 @@ import time
 from collections.abc import Sequence
 
 from devstack import stack
-from devstack.acquire import ENV_JAEGER_OTLP, ENV_JAEGER_QUERY, ENV_KAFKA, ENV_POSTGRES
+from devstack.acquire import (
+    ENV_JAEGER_OTLP,
+    ENV_JAEGER_QUERY,
+    ENV_KAFKA,
+    ENV_PGBOUNCER,
+    ENV_POSTGRES,
+)
 from devstack.config import Settings
 from devstack.errors import DevstackError
 from devstack.ha_config import HaSettings
+from devstack.pgbouncer import Pgbouncer
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +46,7 @@ def fixture_env(settings: Settings, *, ha: bool = False) -> dict[str, str]:
         ENV_KAFKA: ha_settings.kafka_bootstrap if ha_settings else settings.kafka_bootstrap,
         ENV_JAEGER_OTLP: settings.jaeger_otlp_url,
         ENV_JAEGER_QUERY: settings.jaeger_query_url,
+        ENV_PGBOUNCER: Pgbouncer(settings).url,
     }
 
 

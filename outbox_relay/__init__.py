@@ -1,5 +1,8 @@
 """Transactional outbox: write messages inside your transaction; the relay publishes them."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from outbox_relay.dead_letters import (
     OutboxDeadLetter,
     count_dead_letters,
@@ -10,10 +13,31 @@ from outbox_relay.dead_letters import (
 from outbox_relay.errors import InvalidMessageError, OutboxError, RelayStateError, SchemaError
 from outbox_relay.message import OutboxMessage, enqueue, notify_relays
 from outbox_relay.metrics import RelayMetrics
-from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
 from outbox_relay.schema import DDL, DEFAULT_SHARD_COUNT, NOTIFY_CHANNEL, install
 from outbox_relay.settings import RelaySettings
 from outbox_relay.waker import RelayWaker
+
+if TYPE_CHECKING:
+    from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
+    from outbox_relay.tick import RelayTick, TickReport, relay_tick
+
+#: Loaded on first use: writers (the coordinator's store) enqueue without the Kafka client.
+_LAZY = {
+    "HEADER_RELAY_EPOCH": "outbox_relay.relay",
+    "Relay": "outbox_relay.relay",
+    "RelayTick": "outbox_relay.tick",
+    "TickReport": "outbox_relay.tick",
+    "relay_tick": "outbox_relay.tick",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'outbox_relay' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "DDL",
@@ -28,13 +52,16 @@ __all__ = [
     "RelayMetrics",
     "RelaySettings",
     "RelayStateError",
+    "RelayTick",
     "RelayWaker",
     "SchemaError",
+    "TickReport",
     "count_dead_letters",
     "discard_dead_letter",
     "enqueue",
     "install",
     "list_dead_letters",
     "notify_relays",
+    "relay_tick",
     "requeue_dead_letter",
 ]

@@ -468,6 +468,7 @@ class Relay:
     async def _connect_pg(self) -> None:
         conn = await asyncpg.connect(
             self.settings.postgres_dsn,
+            statement_cache_size=self.settings.statement_cache_size,
             server_settings={"application_name": f"sagaflow-relay:{self.name}"},
         )
         try:
@@ -659,8 +660,27 @@ class Relay:
             if inflight is not None:
                 await self._commit(await self._settle(inflight))
 
-    async def _commit(self, outcome: _BatchOutcome) -> None:
-        conn = self._conn
+    async def publish_claimed(
+        self,
+        conn: asyncpg.Connection,
+        producer: AIOKafkaProducer,
+        rows: Sequence[asyncpg.Record],
+        owned: dict[int, int],
+    ) -> tuple[int, int]:
+        """Send rows claimed by someone else (a relay tick), wait for their acknowledgements and
+        delete the acked and dead ones on ``conn``: the loop's own send/settle/delete path.
+
+        Returns (rows published, rows dead-lettered); raises like the loop's settle when some
+        rows met a transient failure (the acked ones are deleted first).
+        """
+        outcome = await self._settle(await self._send(rows, owned, producer))
+        await self._commit(outcome, conn)
+        return len(outcome.acked_ids), len(outcome.dead_ids)
+
+    async def _commit(
+        self, outcome: _BatchOutcome, conn: asyncpg.Connection | None = None
+    ) -> None:
+        conn = conn if conn is not None else self._conn
         assert conn is not None
         if outcome.acked_ids or outcome.dead_ids:
             await conn.execute(
@@ -721,10 +741,15 @@ class Relay:
         kept = [(k, v) for k, v in headers if k not in fresh]
         return kept + [(k, v.encode()) for k, v in fresh.items()]
 
-    async def _send(self, rows: Sequence[asyncpg.Record], owned: dict[int, int]) -> _Inflight:
+    async def _send(
+        self,
+        rows: Sequence[asyncpg.Record],
+        owned: dict[int, int],
+        producer: AIOKafkaProducer | None = None,
+    ) -> _Inflight:
         """Hand a batch to the producer; stop a key at its first row that cannot be sent."""
-        assert self._producer is not None
-        producer = self._producer
+        producer = producer if producer is not None else self._producer
+        assert producer is not None
         inflight = _Inflight(started=time.perf_counter())
         outcome = inflight.outcome
         tracing = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)

@@ -74,5 +74,10 @@ class RelaySettings(BaseSettings):
     epoch_header: bool = True
     #: Create the outbox tables at start if missing.
     install_schema: bool = True
+    #: asyncpg's prepared-statement cache per connection; 0 behind pgbouncer in transaction
+    #: mode, where a prepared statement may land on another server connection.
+    statement_cache_size: int = Field(default=100, ge=0)
+    #: Connections a relay tick (``RelayTick``) keeps for a warm function instance.
+    pool_max_size: int = Field(default=1, ge=1, le=100)
     #: Name of this relay in logs, the shard table and pg_stat_activity.
     relay_id: str = Field(default_factory=lambda: f"relay-{uuid.uuid4().hex[:8]}")

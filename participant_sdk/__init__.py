@@ -5,6 +5,9 @@ Declare a :class:`Participant` with decorated handlers, run it with :class:`Part
 :class:`participant_sdk.testing.ParticipantHarness`.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from participant_sdk.barrier import BARRIER_TABLE, install_barrier, purge_barrier
 from participant_sdk.dead_letters import (
     DEAD_LETTER_TABLE,
@@ -43,14 +46,37 @@ from participant_sdk.protocol import (
     command_topic,
     reply_topic,
 )
-from participant_sdk.runner import ParticipantRunner, run_participant
 from participant_sdk.settings import ParticipantSettings
+
+if TYPE_CHECKING:
+    from participant_sdk.batch import CommandBatchHandler, CommandBatchResult
+    from participant_sdk.runner import ParticipantRunner, run_participant
+
+#: Loaded on first use: the Kafka clients they import are not needed to speak the protocol
+#: (the coordinator imports this package for it, and a cold start pays for every import).
+_LAZY = {
+    "CommandBatchHandler": "participant_sdk.batch",
+    "CommandBatchResult": "participant_sdk.batch",
+    "ParticipantRunner": "participant_sdk.runner",
+    "run_participant": "participant_sdk.runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'participant_sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "BARRIER_TABLE",
     "DEAD_LETTER_TABLE",
     "PROTOCOL_VERSION",
     "BusinessRejection",
+    "CommandBatchHandler",
+    "CommandBatchResult",
     "CommandEnvelope",
     "ConfigurationError",
     "DeadLetter",

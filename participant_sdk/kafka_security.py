@@ -11,7 +11,6 @@ import ssl
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -59,6 +58,8 @@ class KafkaSecurity(BaseSettings):
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.security_protocol.endswith("SSL"):
             return None
+        from aiokafka.helpers import create_ssl_context  # aiokafka only when a client is built
+
         context: ssl.SSLContext = create_ssl_context(
             cafile=str(self.ssl_cafile) if self.ssl_cafile else None,
             certfile=str(self.ssl_certfile) if self.ssl_certfile else None,

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,9 +23,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
-from participant_sdk.barrier import PgBarrierStore, install_barrier
-from participant_sdk.dead_letters import DeadLetter, install_dead_letters, record_dead_letter
-from participant_sdk.executor import CommandTransaction, LocalRetry, execute
+from participant_sdk.barrier import install_barrier
+from participant_sdk.commands import CommandProcessor, OutgoingReply
+from participant_sdk.dead_letters import install_dead_letters
+from participant_sdk.executor import LocalRetry
 from participant_sdk.handlers import Handler, Participant
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.metrics import ParticipantMetrics
@@ -34,39 +35,17 @@ from participant_sdk.pools import create_pool
 from participant_sdk.probes import ProbeServer, database_answers, tasks_alive
 from participant_sdk.protocol import (
     CommandEnvelope,
-    ProtocolError,
-    ReplyEnvelope,
     command_topic,
-    decode_command,
-    encode,
-    envelope_headers,
 )
 from participant_sdk.settings import ParticipantSettings
 from participant_sdk.startup import open_with_retry
 from participant_sdk.startup_errors import load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
-from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
 log = logging.getLogger(__name__)
 
 #: Longest a fetch waits when no command comes (a command ends it at once).
 _IDLE_FETCH_MS = 1000
-
-
-class PgCommandTransaction:
-    """A :class:`~participant_sdk.executor.CommandTransaction` on an asyncpg connection."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self._barrier = PgBarrierStore(conn)
-
-    @property
-    def conn(self) -> Any:
-        return self._conn
-
-    @property
-    def barrier(self) -> PgBarrierStore:
-        return self._barrier
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -120,6 +99,7 @@ class ParticipantRunner:
         self._probes: ProbeServer | None = None
         self._stopped = False
         self._pool: Any = None
+        self._processor: CommandProcessor | None = None
         self._consumer: Any = None
         self._producer: Any = None
 
@@ -136,12 +116,23 @@ class ParticipantRunner:
                                        name=f"participant {self.name}")
             await self._probes.start(s.metrics_port)
         self._pool = await open_with_retry(
-            lambda: create_pool(s.dsn, min_size=1, max_size=s.pool_size), what="Postgres"
+            lambda: create_pool(s.dsn, min_size=1, max_size=s.pool_size,
+                                statement_cache_size=s.statement_cache_size), what="Postgres"
         )
         if s.install_schema:
             async with self._pool.acquire() as conn:
                 await install_barrier(conn)
                 await install_dead_letters(conn)
+        self._processor = CommandProcessor(
+            self.name,
+            self.handlers,
+            self._pool,
+            retry=self._retry,
+            group_id=self.group_id,
+            metrics=self.metrics,
+            after_commit=self._crash_hook,
+            persist=_persist,
+        )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.kafka_bootstrap,
             enable_idempotence=True,
@@ -327,71 +318,18 @@ class ParticipantRunner:
     # -- one message ----------------------------------------------------------------------
 
     async def _process(self, tp: Any, msg: Any) -> None:
-        try:
-            if msg.value is None:
-                raise ProtocolError("empty message (no value)")
-            command = decode_command(msg.value)
-        except ProtocolError as exc:
-            log.error("participant %s: dead letter at %s@%d: %s", self.name, tp, msg.offset, exc)
-            await self._dead_letter(msg, str(exc))
-            return
-        with consumer_span(
-            command,
-            msg.headers,
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            group=self.group_id,
-        ) as span:
-            execution = await execute(
-                command,
-                participant=self.name,
-                handlers=self.handlers,
-                begin=self._begin,
-                retry=self._retry,
-                metrics=self.metrics,
-                after_commit=self._crash_hook,
-            )
-            if execution.dead_letter_reason is not None:
-                await self._dead_letter(msg, execution.dead_letter_reason)
-            record_reply(span, execution.reply)
-            headers = envelope_headers(execution.reply) + inject_headers()
-        await self._send_reply(command, execution.reply, headers)
+        assert self._processor is not None
+        reply = await self._processor.process(msg)
+        if reply is not None:
+            await self._send_reply(reply)
 
-    @contextlib.asynccontextmanager
-    async def _begin(self) -> AsyncIterator[CommandTransaction]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield PgCommandTransaction(conn)
-
-    async def _send_reply(
-        self, command: CommandEnvelope, reply: ReplyEnvelope, headers: list[tuple[str, bytes]]
-    ) -> None:
+    async def _send_reply(self, reply: OutgoingReply) -> None:
         async def send() -> None:
             await self._producer.send_and_wait(
-                command.reply_to, encode(reply), key=str(reply.saga_id).encode(), headers=headers
+                reply.topic, reply.value, key=reply.key, headers=reply.headers
             )
 
-        await _persist(send, f"reply to {command.message_id}")
-
-    async def _dead_letter(self, msg: Any, reason: str) -> None:
-        letter = DeadLetter(
-            source=f"participant:{self.name}",
-            reason=reason[:8192],
-            payload=msg.value,
-            key=msg.key,
-            headers=[(k, bytes(v)) for k, v in msg.headers or () if v is not None],
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-        )
-
-        async def write() -> None:
-            async with self._pool.acquire() as conn:
-                await record_dead_letter(conn, letter)
-
-        await _persist(write, f"dead letter {msg.topic}@{msg.partition}:{msg.offset}")
-        if self.metrics is not None:
-            self.metrics.dead_letters.labels(self.name).inc()
+        await _persist(send, f"reply on {reply.topic} for saga {reply.key.decode()}")
 
     async def _crash_hook(self, command: CommandEnvelope) -> None:
         flag = self.settings.crash_after_commit_flag

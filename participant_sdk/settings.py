@@ -48,6 +48,9 @@ class ParticipantSettings(BaseSettings):
     max_in_flight: int = Field(default=256, ge=1)
     #: Database pool size (one connection per busy lane is enough).
     pool_size: int = Field(default=10, ge=1)
+    #: asyncpg's prepared-statement cache per connection; 0 behind pgbouncer in transaction
+    #: mode, where a prepared statement may land on another server connection.
+    statement_cache_size: int = Field(default=100, ge=0)
     #: How long shutdown waits for in-flight commands before giving up on them.
     drain_timeout: Duration = timedelta(seconds=10)
     #: How often finished offsets are committed.

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import asyncpg
-from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import AliasChoices, SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
@@ -89,6 +88,8 @@ def explain(exc: BaseException, *, postgres_var: str, kafka_var: str) -> str | N
     if isinstance(exc, asyncpg.InvalidPasswordError
                   | asyncpg.InvalidAuthorizationSpecificationError):
         return f"Postgres refused the login: {exc} (check the user and password in {postgres_var})"
+    from aiokafka.errors import KafkaConnectionError, KafkaError  # not on a function's import path
+
     if isinstance(exc, KafkaConnectionError):
         return f"cannot reach Kafka: {exc} (is it running? set {kafka_var})"
     if isinstance(exc, KafkaError):

@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 
 from participant_sdk import BARRIER_TABLE, Outcome, Phase, install_barrier, purge_barrier
+from participant_sdk.commands import PgCommandTransaction
 from participant_sdk.executor import LocalRetry, execute
-from participant_sdk.runner import PgCommandTransaction
 from participant_sdk.testing import ParticipantHarness
 from tests.integration.test_participant_behaviour import PgSink, Wallet
 

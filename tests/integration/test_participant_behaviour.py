@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from participant_sdk import (
     BusinessRejection,
+    CommandBatchHandler,
     CommandEnvelope,
     ErrorKind,
     HandlerContext,
@@ -40,6 +41,7 @@ from participant_sdk import (
     on_try,
     reply_topic,
 )
+from participant_sdk.commands import InboundRecord
 from participant_sdk.protocol import (
     HEADER_MESSAGE_ID,
     HEADER_MESSAGE_KIND,
@@ -239,6 +241,59 @@ class KafkaDriver:
         return [(r["kind"], r["amount"]) for r in rows]
 
 
+class BatchDriver:
+    """Hands commands to the function entry point (``CommandBatchHandler``) as trigger records;
+    the replies come back from the call (and are published to Kafka as well)."""
+
+    def __init__(self, dsn: str, bootstrap: str, prefix: str) -> None:
+        self.dsn, self.bootstrap, self.prefix = dsn, bootstrap, prefix
+        self.offset = 0
+
+    def command(self, action: str, phase: Phase, payload: dict[str, Any], *,
+                saga_id: uuid.UUID, attempt: int = 1) -> CommandEnvelope:
+        return _command(self.prefix, action, phase, payload, saga_id=saga_id, attempt=attempt)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[BatchDriver]:
+        conn = await asyncpg.connect(self.dsn)
+        await conn.execute(
+            "CREATE TABLE effects (id bigserial PRIMARY KEY, saga_id uuid, step text,"
+            " kind text, amount int)"
+        )
+        self.conn = conn
+        settings = ParticipantSettings(
+            dsn=self.dsn, kafka_bootstrap=self.bootstrap, topic_prefix=self.prefix,
+            retry_initial=timedelta(0), pool_size=4,
+        )
+        self.handler = CommandBatchHandler(Wallet(PgSink()), settings)
+        try:
+            yield self
+        finally:
+            await self.handler.close()
+            await conn.close()
+
+    def record(self, command: CommandEnvelope) -> InboundRecord:
+        self.offset += 1
+        return InboundRecord(command_topic(NAME, self.prefix), 0, self.offset,
+                             str(command.saga_id).encode(), encode(command),
+                             envelope_headers(command))
+
+    async def send(self, command: CommandEnvelope) -> ReplyEnvelope:
+        return (await self.send_many([command]))[0]
+
+    async def send_many(self, commands: list[CommandEnvelope]) -> list[ReplyEnvelope]:
+        """One batch, as a function trigger hands it over."""
+        result = await self.handler.handle([self.record(c) for c in commands])
+        assert result.failed == [] and len(result.replies) == len(commands)
+        return [ReplyEnvelope.model_validate_json(r.value) for r in result.replies]
+
+    async def effects(self, saga_id: uuid.UUID) -> list[tuple[str, int]]:
+        rows = await self.conn.fetch(
+            "SELECT kind, amount FROM effects WHERE saga_id = $1 ORDER BY id", saga_id
+        )
+        return [(r["kind"], r["amount"]) for r in rows]
+
+
 async def create_topics(bootstrap: str, topics: list[str], partitions: int = 4) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -269,10 +324,28 @@ async def kafka_driver(module_db: str, kafka_bootstrap: str) -> AsyncIterator[Ka
         yield driver
 
 
-@pytest.fixture(params=["harness", "kafka"])
+@pytest.fixture(scope="module")
+async def batch_driver(pg_url: str, kafka_bootstrap: str) -> AsyncIterator[BatchDriver]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(pg_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    driver = BatchDriver(pg_url.rsplit("/", 1)[0] + "/" + name, kafka_bootstrap,
+                         f"t{uuid.uuid4().hex[:10]}")
+    try:
+        async with driver.running():
+            yield driver
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture(params=["harness", "kafka", "batch"])
 def driver(request: pytest.FixtureRequest) -> Driver:
     if request.param == "harness":
         return HarnessDriver()
+    if request.param == "batch":
+        b: BatchDriver = request.getfixturevalue("batch_driver")
+        return b
     d: KafkaDriver = request.getfixturevalue("kafka_driver")
     return d
 
@@ -412,3 +485,39 @@ async def test_kafka_reply_headers_and_dead_letters(kafka_driver: KafkaDriver) -
     assert any("undecodable" in r for r in reasons) and any("teleport" in r for r in reasons)
     raw = [d.payload for d in letters if d.key == str(saga).encode()]
     assert b"\x00not json" in raw
+
+
+async def test_batch_keeps_a_poison_record_and_publishes_the_other_replies(
+    batch_driver: BatchDriver,
+) -> None:
+    saga, other = uuid.uuid4(), uuid.uuid4()
+    first = batch_driver.command("note", Phase.ACTION, {"amount": 1}, saga_id=saga)
+    second = batch_driver.command("hold", Phase.TRY, {"amount": 2}, saga_id=saga)
+    third = batch_driver.command("hold", Phase.TRY, {"amount": 3}, saga_id=other)
+    poison = InboundRecord(command_topic(NAME, batch_driver.prefix), 0, 999,
+                           str(saga).encode(), b"\x00not json")
+    records = [batch_driver.record(first), poison, batch_driver.record(second),
+               batch_driver.record(third)]
+    result = await batch_driver.handler.handle(records)
+    assert result.failed == [] and result.dead_lettered == 1
+    assert [ReplyEnvelope.model_validate_json(r.value).in_reply_to for r in result.replies] == [
+        first.message_id, second.message_id, third.message_id]
+    assert await batch_driver.effects(saga) == [("note-0", 1), ("held", 2)]
+    letters = await list_dead_letters(batch_driver.conn, source=f"participant:{NAME}")
+    kept = [letter for letter in letters if letter.offset == 999]
+    assert len(kept) == 1 and kept[0].payload == b"\x00not json"
+    # The replies were published (and acknowledged) before handle() returned.
+    consumer = AIOKafkaConsumer(reply_topic(batch_driver.prefix),
+                                bootstrap_servers=batch_driver.bootstrap,
+                                auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    try:
+        seen: set[uuid.UUID] = set()
+        deadline = asyncio.get_running_loop().time() + 15
+        while len(seen & {first.message_id, second.message_id, third.message_id}) < 3:
+            assert asyncio.get_running_loop().time() < deadline, seen
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                seen.update(ReplyEnvelope.model_validate_json(m.value).in_reply_to
+                            for m in batch)
+    finally:
+        await consumer.stop()

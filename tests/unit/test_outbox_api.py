@@ -26,14 +26,17 @@ def test_exported_members() -> None:
             "RelayMetrics",
             "RelaySettings",
             "RelayStateError",
+            "RelayTick",
             "RelayWaker",
             "SchemaError",
+            "TickReport",
             "count_dead_letters",
             "discard_dead_letter",
             "enqueue",
             "install",
             "list_dead_letters",
             "notify_relays",
+            "relay_tick",
             "requeue_dead_letter",
         ]
     )

@@ -158,6 +158,7 @@ def test_error_classification() -> None:
 def test_public_surface_is_pinned() -> None:
     assert sorted(participant_sdk.__all__) == sorted([
         "BARRIER_TABLE", "DEAD_LETTER_TABLE", "PROTOCOL_VERSION", "BusinessRejection",
+        "CommandBatchHandler", "CommandBatchResult",
         "CommandEnvelope", "ConfigurationError", "DeadLetter", "ErrorInfo", "ErrorKind",
         "HandlerContext", "LocalRetry", "Outcome", "Participant", "ParticipantError",
         "ParticipantMetrics", "ParticipantRunner", "ParticipantSettings", "Phase",
