@@ -25,9 +25,9 @@ from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_r
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.store import CONNECTION_ERRORS
-from participant_sdk.commands import InboundRecord
 from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
 from participant_sdk.pools import create_pool
+from participant_sdk.records import InboundRecord
 
 if TYPE_CHECKING:  # imported by the tick only: a reply handler's cold start skips them
     from coordinator.schedules import FireReport, ScheduleFirer

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from coordinator.engine import ReplyReceived
 from coordinator.observability.tracing import ReplySpans
@@ -27,6 +27,7 @@ from coordinator.store import (
 from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.dead_letters import DeadLetter
 from participant_sdk.protocol import ProtocolError
+from participant_sdk.records import KafkaRecord
 
 if TYPE_CHECKING:  # the schedules' modules cost a reply handler's cold start ~100 ms
     from coordinator.schedules import FireReport, ScheduleFirer
@@ -40,21 +41,8 @@ log = logging.getLogger(__name__)
 REPLY_SOURCE = "coordinator:replies"
 
 
-class ReplyRecord(Protocol):
-    """What a Kafka record looks like here (aiokafka's ``ConsumerRecord`` fits)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+#: A reply record: aiokafka's ``ConsumerRecord``, or a function trigger's ``InboundRecord``.
+ReplyRecord = KafkaRecord
 
 
 @dataclass(frozen=True, slots=True)

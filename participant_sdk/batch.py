@@ -23,12 +23,13 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from participant_sdk.barrier import install_barrier
-from participant_sdk.commands import CommandProcessor, CommandRecord, OutgoingReply
+from participant_sdk.commands import CommandProcessor, OutgoingReply
 from participant_sdk.dead_letters import install_dead_letters
 from participant_sdk.executor import LocalRetry
 from participant_sdk.handlers import Participant
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.pools import create_pool
+from participant_sdk.records import KafkaRecord
 from participant_sdk.settings import ParticipantSettings
 
 __all__ = ["CommandBatchHandler", "CommandBatchResult"]
@@ -73,7 +74,7 @@ class CommandBatchHandler:
         self._processor: CommandProcessor | None = None
         self._lock = asyncio.Lock()
 
-    async def handle(self, records: Sequence[CommandRecord]) -> CommandBatchResult:
+    async def handle(self, records: Sequence[KafkaRecord]) -> CommandBatchResult:
         """Answer ``records`` (per key in order), publish the replies, report."""
         processor = await self._ready()
         by_key: dict[bytes | None, list[int]] = {}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from participant_sdk.barrier import PgBarrierStore
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
@@ -26,45 +26,16 @@ from participant_sdk.protocol import (
     encode,
     envelope_headers,
 )
+from participant_sdk.records import KafkaRecord
 from participant_sdk.tracing import consumer_span, inject_headers, record_reply
 
-__all__ = ["CommandProcessor", "CommandRecord", "InboundRecord", "OutgoingReply",
-           "PgCommandTransaction"]
+__all__ = ["CommandProcessor", "OutgoingReply", "PgCommandTransaction"]
 
 log = logging.getLogger(__name__)
 
 
 #: How the loop insists on a write (retrying until it lands); a function just raises instead.
 Persist = Callable[[Callable[[], Awaitable[None]], str], Awaitable[None]]
-
-
-class CommandRecord(Protocol):
-    """A Kafka record as the processor needs it (aiokafka's ``ConsumerRecord`` fits)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class InboundRecord:
-    """A Kafka record delivered by something other than a consumer (a function trigger)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +88,7 @@ class CommandProcessor:
         self.metrics = metrics
         self.after_commit = after_commit
 
-    async def process(self, record: CommandRecord) -> OutgoingReply | None:
+    async def process(self, record: KafkaRecord) -> OutgoingReply | None:
         """The reply to publish for ``record``, or None when it became a dead letter.
 
         Raises only for database trouble (nothing was committed then, or the barrier makes a
@@ -156,7 +127,7 @@ class CommandProcessor:
         reply = execution.reply
         return OutgoingReply(command.reply_to, str(reply.saga_id).encode(), encode(reply), headers)
 
-    async def dead_letter(self, record: CommandRecord, reason: str) -> None:
+    async def dead_letter(self, record: KafkaRecord, reason: str) -> None:
         """Keep ``record`` with ``reason`` in the participant's dead-letter table."""
         letter = DeadLetter(
             source=f"participant:{self.name}",

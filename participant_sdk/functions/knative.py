@@ -21,8 +21,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from participant_sdk.commands import InboundRecord
 from participant_sdk.functions.loop import RecordBatch
+from participant_sdk.records import InboundRecord
 
 __all__ = ["CloudEventError", "cloudevent_record", "cloudevents_app"]
 

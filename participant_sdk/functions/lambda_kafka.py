@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from participant_sdk.commands import InboundRecord
 from participant_sdk.functions.loop import FunctionLoop, RecordBatch
+from participant_sdk.records import InboundRecord
 
 __all__ = ["LambdaEventError", "batch_item_failures", "lambda_handler", "lambda_records"]
 

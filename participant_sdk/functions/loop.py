@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from participant_sdk.commands import InboundRecord
+from participant_sdk.records import InboundRecord
 
 if TYPE_CHECKING:
     from participant_sdk.batch import CommandBatchHandler

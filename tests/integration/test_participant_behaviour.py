@@ -41,7 +41,6 @@ from participant_sdk import (
     on_try,
     reply_topic,
 )
-from participant_sdk.commands import InboundRecord
 from participant_sdk.protocol import (
     HEADER_MESSAGE_ID,
     HEADER_MESSAGE_KIND,
@@ -50,6 +49,7 @@ from participant_sdk.protocol import (
     header_value,
     reply_message_id,
 )
+from participant_sdk.records import InboundRecord
 from participant_sdk.testing import MemoryTransaction, ParticipantHarness
 
 pytestmark = pytest.mark.integration

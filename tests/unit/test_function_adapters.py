@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 
-from participant_sdk.commands import InboundRecord
 from participant_sdk.functions import (
     CloudEventError,
     LambdaEventError,
@@ -19,6 +18,7 @@ from participant_sdk.functions import (
     cloudevents_app,
     lambda_records,
 )
+from participant_sdk.records import InboundRecord
 
 MSK_EVENT: dict[str, Any] = {
     "eventSource": "aws:kafka",
