@@ -1,4 +1,5 @@
-"""Composite nodes of a saga definition: sequences, parallel groups, for-each, races, choices.
+"""Composite nodes of a saga definition: sequences, parallel groups, for-each, races, choices,
+and the waits: durable sleeps.
 
 A saga's ``steps`` is a sequence. Each element is a step (:class:`TccStep`, :class:`SagaStep`)
 or one of the composites below; a *branch* is one node or a tuple of nodes (run in order)::
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import collections.abc as cabc
 from dataclasses import KW_ONLY, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from coordinator.definition import (
@@ -47,6 +48,8 @@ __all__ = [
     "Parallel",
     "Race",
     "Sequence",
+    "Sleep",
+    "SleepUntil",
     "branch_nodes",
 ]
 
@@ -154,7 +157,33 @@ class ChildSaga:
     description: str = ""
 
 
-Node = TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga
+@dataclass(frozen=True)
+class Sleep:
+    """Wait for ``duration`` (a ``timedelta``, or a function of the context returning one)
+    before the next node runs. The wake-up is a timer row in Postgres: it survives every
+    process, so days and months are fine. Undo has nothing to do; a rollback or an operator
+    cancel of a sleeping saga removes the timer."""
+
+    name: str
+    duration: timedelta | cabc.Callable[[StepContext[Any]], timedelta]
+    _: KW_ONLY
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SleepUntil:
+    """Wait until ``until``: a timezone-aware ``datetime``, or a function of the context (the
+    input, earlier results) returning one. A naive datetime is a definition error (a naive
+    one returned at run time fails the node). A time already past wakes at once."""
+
+    name: str
+    until: datetime | cabc.Callable[[StepContext[Any]], datetime]
+    _: KW_ONLY
+    description: str = ""
+
+
+Node = (TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga | Sleep
+        | SleepUntil)
 #: A branch: one node, or a tuple of nodes run in order.
 Branch = Node | tuple[Node, ...]
 _COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice)
@@ -182,6 +211,10 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
             continue
         if isinstance(node, ChildSaga):
             out.extend(_child_problems(f"{where}.{node.name}", node, seen))
+            seen.add(node.name)
+            continue
+        if isinstance(node, Sleep | SleepUntil):
+            out.extend(_sleep_problems(f"{where}.{node.name}", node, seen))
             seen.add(node.name)
             continue
         if not isinstance(node, _COMPOSITES):
@@ -226,6 +259,25 @@ def _child_problems(at: str, node: ChildSaga, seen: set[str]) -> list[str]:
         resolve_policy(node.finish_retry)
     except (TypeError, ValueError) as exc:
         out.append(f"{at}: bad finish_retry: {exc}")
+    return out
+
+
+def _sleep_problems(at: str, node: Sleep | SleepUntil, seen: set[str]) -> list[str]:
+    out = _name_problems(at, node.name, seen)
+    if isinstance(node, Sleep):
+        d = node.duration
+        if not callable(d) and (not isinstance(d, timedelta) or d < timedelta(0)):
+            out.append(f"{at}: duration must be a timedelta >= 0 or a function returning "
+                       f"one, got {d!r}")
+        return out
+    u = node.until
+    if isinstance(u, datetime):
+        if u.tzinfo is None or u.utcoffset() is None:
+            out.append(f"{at}: until is a naive datetime ({u.isoformat()}); give a "
+                       "timezone-aware one (e.g. tzinfo=UTC)")
+    elif not callable(u):
+        out.append(f"{at}: until must be a timezone-aware datetime or a function returning "
+                   f"one, got {u!r}")
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -33,10 +33,12 @@ __all__ = [
     "CompiledGroup",
     "CompiledNode",
     "CompiledSaga",
+    "CompiledSleep",
     "CompiledStep",
     "GroupKind",
     "StepKind",
     "Transition",
+    "WaitKind",
     "compile_saga",
 ]
 
@@ -54,6 +56,35 @@ class GroupKind(StrEnum):
     FOREACH = "foreach"
     RACE = "race"
     CHOICE = "choice"
+
+
+class WaitKind(StrEnum):
+    """Leaves that send no command: they wait, on a timer of their own."""
+
+    SLEEP = "sleep"
+
+
+@dataclass(frozen=True)
+class CompiledSleep:
+    """A sleep or sleep-until node: exactly one of ``duration`` and ``until`` is set, each a
+    value or a function of the step context."""
+
+    name: str
+    duration: timedelta | Callable[[Any], timedelta] | None = None
+    until: datetime | Callable[[Any], datetime] | None = None
+    description: str = ""
+    kind: WaitKind = WaitKind.SLEEP
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind.value,
+                               "description": self.description}
+        if isinstance(self.duration, timedelta):
+            out["duration_s"] = self.duration.total_seconds()
+        elif isinstance(self.until, datetime):
+            out["until"] = self.until.isoformat()
+        else:
+            out["computed"] = "duration" if self.duration is not None else "until"
+        return out
 
 
 @dataclass(frozen=True)
@@ -155,7 +186,7 @@ class CompiledGroup:
         return out
 
 
-CompiledNode = CompiledStep | CompiledGroup
+CompiledNode = CompiledStep | CompiledGroup | CompiledSleep
 
 
 @dataclass(frozen=True)
@@ -263,6 +294,11 @@ def _compile_node(spec: Any) -> CompiledNode:
         return _compile_step(spec)
     if isinstance(spec, flow.ChildSaga):
         return _compile_child(spec)
+    if isinstance(spec, flow.Sleep):
+        return CompiledSleep(name=spec.name, duration=spec.duration,
+                             description=spec.description)
+    if isinstance(spec, flow.SleepUntil):
+        return CompiledSleep(name=spec.name, until=spec.until, description=spec.description)
     if isinstance(spec, flow.Sequence):
         return _group(spec.name, GroupKind.SEQUENCE, spec.steps, spec.description)
     if isinstance(spec, flow.Parallel | flow.Race):

@@ -60,11 +60,13 @@ class TimerRequest(BaseModel):
 
     model_config = _FROZEN
 
-    #: Deterministic: ``{saga_id}:{step}:{phase}:{attempt}:{kind}``. Safe as a primary key.
+    #: Deterministic: ``{saga_id}:{step}:{phase}:{attempt}:{kind}`` (a node's own timer:
+    #: ``{saga_id}:{step}:{kind}:{attempt}``). Safe as a primary key.
     timer_id: str
     due_at: datetime
     step: str
-    phase: Phase
+    #: ``None`` for a node's own timer (a sleep): it is about no command.
+    phase: Phase | None
     attempt: int
     kind: TimerKind
 

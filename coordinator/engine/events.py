@@ -31,12 +31,15 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class TimerKind(StrEnum):
-    """Why a durable timer exists."""
+    """Why a durable timer exists; the core handles each kind on its own path, and a kind it
+    does not know is refused, never taken for a retry."""
 
     #: A reply did not come in time: the attempt counts as a retryable failure.
     DEADLINE = "deadline"
     #: A backoff ended: send the next attempt.
     RETRY = "retry"
+    #: A sleep node's wake-up time came.
+    SLEEP = "sleep"
 
 
 class RepairVerb(StrEnum):
@@ -82,7 +85,9 @@ class TimerFired(_EventBase):
     type: Literal["timer_fired"] = "timer_fired"
     timer_id: str
     step: str
-    phase: Phase
+    #: The protocol phase a deadline or retry timer is about; ``None`` for a node's own
+    #: timer (a sleep), which is about no command.
+    phase: Phase | None = None
     attempt: int
     kind: TimerKind
 

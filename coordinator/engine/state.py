@@ -82,11 +82,18 @@ class StepPhase(StrEnum):
     FAILED = "failed"
     #: Rolled back by hand: an operator skipped its cancel or compensation.
     RESOLVED = "resolved"
+    #: A sleep node waits for its wake-up timer (a deliberate wait, not a stuck step).
+    SLEEPING = "sleeping"
 
     @property
     def is_active(self) -> bool:
         """A command of this step is in flight or waiting for a retry."""
         return self in _ACTIVE
+
+    @property
+    def is_deliberate_wait(self) -> bool:
+        """The node waits on purpose for time to pass (or, later, for a signal)."""
+        return self in _DELIBERATE
 
 
 _ACTIVE = frozenset(
@@ -98,6 +105,7 @@ _ACTIVE = frozenset(
         StepPhase.COMPENSATING,
     }
 )
+_DELIBERATE = frozenset({StepPhase.SLEEPING})
 
 
 class ErrorRecord(BaseModel):
@@ -160,6 +168,9 @@ class StepState(BaseModel):
     outstanding: Outstanding | None = None
     #: Timer id of the pending retry backoff, if the step is waiting to retry.
     retry_timer: str | None = None
+    #: A sleep's own timer (its wake-up), while it waits, and when it falls due.
+    timer: str | None = None
+    due_at: datetime | None = None
     #: A forward command of this step was sent at least once (so rollback must undo it).
     sent: bool = False
     #: A forward attempt got no reply before its deadline: its effect is unknown.
@@ -168,7 +179,8 @@ class StepState(BaseModel):
     abandoned: bool = False
     #: A for-each item's value.
     item: Any = None
-    #: A for-each's number of items; a choice's branch taken (-1: none).
+    #: A for-each's number of items; a choice's branch taken (-1: none); how many times a
+    #: sleep was entered (its timer ids stay unique when an operator retry re-enters it).
     count: int | None = None
     #: A for-each's items below this index have all succeeded: its walk starts there, so a
     #: reply costs the same whatever the number of items already done.
@@ -249,6 +261,10 @@ class SagaState(BaseModel):
         """Keys of the steps with a command in flight or a retry pending, sorted."""
         return sorted(k for k, s in self.steps.items() if s.phase.is_active)
 
+    def waiting_nodes(self) -> list[str]:
+        """Keys of the nodes waiting on purpose (sleeping), sorted."""
+        return sorted(k for k, s in self.steps.items() if s.phase.is_deliberate_wait)
+
     def machine_states(self) -> list[str]:
         """The machine states the saga is in: one per active step (``lines[2].reserve`` is
         drawn as its node ``reserve``), or the saga's own state when none is active."""
@@ -257,7 +273,7 @@ class SagaState(BaseModel):
         if self.status.is_terminal:
             return [self.status.value]
         states = sorted({f"{self.steps[k].node}.{self.steps[k].phase.value}"
-                         for k in self.active_steps()})
+                         for k in (*self.active_steps(), *self.waiting_nodes())})
         return states or ["start" if self.stage is Stage.FORWARD else self.stage.value]
 
     def machine_state(self) -> str:

@@ -207,7 +207,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [saga_id for saga_id, _ in timers],
         [t.due_at for _, t in timers],
         [t.step for _, t in timers],
-        [t.phase.value for _, t in timers],
+        [t.phase.value if t.phase is not None else None for _, t in timers],
         [t.attempt for _, t in timers],
         [t.kind.value for _, t in timers],
     )

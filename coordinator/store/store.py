@@ -128,7 +128,7 @@ class _Timer:
     saga_id: UUID
     due_at: datetime
     step: str
-    phase: str
+    phase: str | None
     attempt: int
     kind: str
     #: A delivery's event (JSON text); ``None`` for a real timer.
@@ -139,7 +139,8 @@ class _Timer:
         dead letter if the core refuses it)."""
         if self.event is None:
             return PendingEvent(self.saga_id, TimerFired(
-                timer_id=self.timer_id, step=self.step, phase=Phase(self.phase),
+                timer_id=self.timer_id, step=self.step,
+                phase=Phase(self.phase) if self.phase is not None else None,
                 attempt=self.attempt, kind=TimerKind(self.kind)), actor="timer")
         letter = DeadLetter(source="coordinator:deliveries", reason="",
                             payload=self.event.encode(), key=str(self.saga_id).encode())
