@@ -23,6 +23,7 @@ from coordinator.engine.compiled import (
     CompiledSaga,
     CompiledSleep,
     CompiledStep,
+    CompiledWait,
     GroupKind,
     StepKind,
     compile_saga,
@@ -109,6 +110,11 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
                 else f"until {node.until.isoformat()}" if isinstance(node.until, datetime)
                 else "computed wake-up")
         lines.append(f'{pad}state "{_label(node.name)} (sleep: {what}; durable timer)" as {nid}')
+        return nid
+    if isinstance(node, CompiledWait):
+        limit = f"timeout {node.timeout}: {node.on_timeout}" if node.timeout else "no timeout"
+        lines.append(f'{pad}state "{_label(node.name)} (wait for signal {node.signal}; '
+                     f'{limit})" as {nid}')
         return nid
     title = f"{_KIND_LABEL[node.kind.value]} {node.name}"
     if node.kind is GroupKind.FOREACH:

@@ -1,5 +1,5 @@
 """Composite nodes of a saga definition: sequences, parallel groups, for-each, races, choices,
-and the waits: durable sleeps.
+and the waits: durable sleeps and waits for signals.
 
 A saga's ``steps`` is a sequence. Each element is a step (:class:`TccStep`, :class:`SagaStep`)
 or one of the composites below; a *branch* is one node or a tuple of nodes (run in order)::
@@ -22,7 +22,9 @@ from __future__ import annotations
 import collections.abc as cabc
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
 
 from coordinator.definition import (
     DEFAULT_ROLLBACK_RETRY,
@@ -50,6 +52,7 @@ __all__ = [
     "Sequence",
     "Sleep",
     "SleepUntil",
+    "WaitForSignal",
     "branch_nodes",
 ]
 
@@ -182,8 +185,26 @@ class SleepUntil:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class WaitForSignal:
+    """Wait for the signal ``signal`` (sent through the API, the client, the CLI or the
+    ``{prefix}.signals`` Kafka topic), whose payload must validate against ``payload``. A
+    signal that came before the wait is kept and taken when the wait is reached. The node's
+    result is the payload. After ``timeout`` (``None``: wait for ever), ``on_timeout="fail"``
+    fails the node (the saga rolls back) and ``"continue"`` goes on with the result
+    ``{"timed_out": True}``, so a following :class:`Choice` can take a declared path."""
+
+    name: str
+    signal: str
+    _: KW_ONLY
+    payload: type[BaseModel] | None = None
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "continue"] = "fail"
+    description: str = ""
+
+
 Node = (TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga | Sleep
-        | SleepUntil)
+        | SleepUntil | WaitForSignal)
 #: A branch: one node, or a tuple of nodes run in order.
 Branch = Node | tuple[Node, ...]
 _COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice)
@@ -215,6 +236,10 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
             continue
         if isinstance(node, Sleep | SleepUntil):
             out.extend(_sleep_problems(f"{where}.{node.name}", node, seen))
+            seen.add(node.name)
+            continue
+        if isinstance(node, WaitForSignal):
+            out.extend(_wait_problems(f"{where}.{node.name}", node, seen))
             seen.add(node.name)
             continue
         if not isinstance(node, _COMPOSITES):
@@ -278,6 +303,23 @@ def _sleep_problems(at: str, node: Sleep | SleepUntil, seen: set[str]) -> list[s
     elif not callable(u):
         out.append(f"{at}: until must be a timezone-aware datetime or a function returning "
                    f"one, got {u!r}")
+    return out
+
+
+def _wait_problems(at: str, node: WaitForSignal, seen: set[str]) -> list[str]:
+    from coordinator.definition import NAME_PATTERN
+
+    out = _name_problems(at, node.name, seen)
+    if not isinstance(node.signal, str) or not NAME_PATTERN.match(node.signal):
+        out.append(f"{at}: signal must be an identifier-like name, got {node.signal!r}")
+    model = node.payload
+    if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+        out.append(f"{at}: payload must be a pydantic model class or None, got {model!r}")
+    t = node.timeout
+    if t is not None and (not isinstance(t, timedelta) or t <= timedelta(0)):
+        out.append(f"{at}: timeout must be None or a positive timedelta, got {t!r}")
+    if node.on_timeout not in ("fail", "continue"):
+        out.append(f"{at}: on_timeout must be 'fail' or 'continue', got {node.on_timeout!r}")
     return out
 
 

@@ -20,6 +20,7 @@ from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
+from coordinator.api.routes_signals import router as signals_router
 from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.settings import ApiSettings
 from coordinator.observability.api import ApiMetrics, mount_observability
@@ -105,6 +106,7 @@ def create_app(
     app.state.auth = token_auth
     install_error_handlers(app)
     app.include_router(sagas_router)
+    app.include_router(signals_router)
     app.include_router(schedules_router)
     app.include_router(jobs_router)
     app.include_router(verify_router)

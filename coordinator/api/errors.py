@@ -31,12 +31,15 @@ from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine import InvalidTransition
 from coordinator.store import (
     InvalidInput,
+    InvalidSignalPayload,
     SagaConflict,
+    SagaFinished,
     SagaNotFound,
     StoreError,
     TransientStoreError,
     UnknownSagaType,
     UnknownSagaVersion,
+    UnknownSignal,
 )
 
 __all__ = [
@@ -118,11 +121,12 @@ def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 
 def _store_status(exc: StoreError) -> int:
-    if isinstance(exc, (UnknownSagaType, UnknownSagaVersion, InvalidInput)):
+    if isinstance(exc, (UnknownSagaType, UnknownSagaVersion, InvalidInput,
+                        InvalidSignalPayload)):
         return 422
-    if isinstance(exc, SagaNotFound):
+    if isinstance(exc, (SagaNotFound, UnknownSignal)):
         return 404
-    if isinstance(exc, SagaConflict):
+    if isinstance(exc, (SagaConflict, SagaFinished)):
         return 409
     if isinstance(exc, TransientStoreError):
         return 503
@@ -132,7 +136,9 @@ def _store_status(exc: StoreError) -> int:
 def _store_details(exc: StoreError) -> Any:
     if isinstance(exc, (UnknownSagaType, UnknownSagaVersion)):
         return {"known": exc.known}
-    if isinstance(exc, InvalidInput):
+    if isinstance(exc, UnknownSignal):
+        return {"known": exc.known}
+    if isinstance(exc, InvalidInput | InvalidSignalPayload):
         return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg")),
                  "type": str(e.get("type", ""))} for e in exc.errors]
     return None

@@ -35,6 +35,7 @@ __all__ = [
     "CompiledSaga",
     "CompiledSleep",
     "CompiledStep",
+    "CompiledWait",
     "GroupKind",
     "StepKind",
     "Transition",
@@ -62,6 +63,27 @@ class WaitKind(StrEnum):
     """Leaves that send no command: they wait, on a timer of their own."""
 
     SLEEP = "sleep"
+    SIGNAL = "signal"
+
+
+@dataclass(frozen=True)
+class CompiledWait:
+    """A wait for the signal ``signal``; ``timeout`` ``None`` waits for ever."""
+
+    name: str
+    signal: str
+    payload: type[BaseModel] | None
+    timeout: timedelta | None
+    on_timeout: str
+    description: str = ""
+    kind: WaitKind = WaitKind.SIGNAL
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind.value, "description": self.description,
+                "signal": self.signal,
+                "timeout_s": self.timeout.total_seconds() if self.timeout else None,
+                "on_timeout": self.on_timeout,
+                "payload_schema": self.payload.model_json_schema() if self.payload else None}
 
 
 @dataclass(frozen=True)
@@ -186,7 +208,7 @@ class CompiledGroup:
         return out
 
 
-CompiledNode = CompiledStep | CompiledGroup | CompiledSleep
+CompiledNode = CompiledStep | CompiledGroup | CompiledSleep | CompiledWait
 
 
 @dataclass(frozen=True)
@@ -233,6 +255,12 @@ class CompiledSaga:
         return {c.name: g.name for g in walk(self.root) if isinstance(g, CompiledGroup)
                 for c in g.children}
 
+    @cached_property
+    def signals(self) -> dict[str, type[BaseModel] | None]:
+        """Signal name -> its payload model, over every wait of the tree (waits for one
+        signal share its model: checked when compiling)."""
+        return {n.signal: n.payload for n in walk(self.root) if isinstance(n, CompiledWait)}
+
     def node(self, name: str) -> CompiledNode:
         return self._by_name[name]
 
@@ -267,6 +295,7 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
                          children=tuple(_compile_node(n) for n in cls.steps))
     from coordinator.engine.machine import build_machine  # machine needs the node modules
 
+    _check_signal_models(cls, root)
     states, transitions = build_machine(root)
     return CompiledSaga(
         name=cls.name,
@@ -279,6 +308,17 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         states=states,
         transitions=transitions,
     )
+
+
+def _check_signal_models(cls: type[Saga], root: CompiledGroup) -> None:
+    from coordinator.definition import DefinitionError
+
+    models: dict[str, Any] = {}
+    for node in walk(root):
+        if isinstance(node, CompiledWait):
+            if models.setdefault(node.signal, node.payload) is not node.payload:
+                raise DefinitionError(f"{cls.__qualname__}.{node.name}: waits for signal "
+                                      f"{node.signal!r} declare different payload models")
 
 
 def walk(node: CompiledNode) -> Iterator[CompiledNode]:
@@ -297,6 +337,10 @@ def _compile_node(spec: Any) -> CompiledNode:
     if isinstance(spec, flow.Sleep):
         return CompiledSleep(name=spec.name, duration=spec.duration,
                              description=spec.description)
+    if isinstance(spec, flow.WaitForSignal):
+        return CompiledWait(name=spec.name, signal=spec.signal, payload=spec.payload,
+                            timeout=spec.timeout, on_timeout=spec.on_timeout,
+                            description=spec.description)
     if isinstance(spec, flow.SleepUntil):
         return CompiledSleep(name=spec.name, until=spec.until, description=spec.description)
     if isinstance(spec, flow.Sequence):

@@ -20,11 +20,13 @@ from coordinator.engine.events import (
     ParentRequest,
     ReplyReceived,
     SagaStarted,
+    SignalReceived,
     TimerFired,
 )
 from coordinator.engine.nested import answer_parent, on_parent_request
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
+from coordinator.engine.signals import on_signal
 from coordinator.engine.state import SagaState, Status, StepState, trusted
 from coordinator.engine.work import Work, message_id, timer_id
 
@@ -62,6 +64,8 @@ def advance(
         ignored = on_timer(work, event) if not state.status.is_terminal else "saga finished"
     elif isinstance(event, ParentRequest):
         ignored = on_parent_request(work, event)
+    elif isinstance(event, SignalReceived):
+        ignored = on_signal(work, event) if not state.status.is_terminal else "saga finished"
     else:
         on_repair(work, event)
     if ignored is not None:
@@ -135,6 +139,7 @@ def _decision(work: Work, event: Event) -> Decision:
         cancel_timers=work.cancel_timers,
         children=work.children,
         deliveries=work.deliveries,
+        consumed_signals=work.consumed_signals,
         ignored=None,
         moves=work.moves,
         touched=list(work.touched),

@@ -21,6 +21,7 @@ from participant_sdk.protocol import CommandEnvelope, Phase
 
 __all__ = [
     "ChildStart",
+    "ConsumedSignal",
     "Decision",
     "Delivery",
     "EngineError",
@@ -85,6 +86,16 @@ class ChildStart(BaseModel):
     parent: ParentLink
 
 
+class ConsumedSignal(BaseModel):
+    """A kept or arriving signal that a wait took: the store marks its row consumed."""
+
+    model_config = _FROZEN
+
+    signal_id: str
+    #: The key of the wait node that took it.
+    node: str
+
+
 class Delivery(BaseModel):
     """An event for another saga (a parent's request to its child, a child's answer),
     written with this decision and applied later in that saga's own transaction: a change
@@ -134,6 +145,8 @@ class Decision(BaseModel):
     #: Child sagas to start, and events for other sagas, committed with this decision.
     children: list[ChildStart] = Field(default_factory=list)
     deliveries: list[Delivery] = Field(default_factory=list)
+    #: Signals a wait consumed in this decision.
+    consumed_signals: list[ConsumedSignal] = Field(default_factory=list)
     #: Why the event changed nothing (duplicate or stale reply, stale timer), else ``None``.
     ignored: str | None = None
     #: Every phase change (key, node, from, to) and status change ("", "", from, to) made,

@@ -22,6 +22,7 @@ __all__ = [
     "RepairVerb",
     "ReplyReceived",
     "SagaStarted",
+    "SignalReceived",
     "TimerFired",
     "TimerKind",
     "event_from_json",
@@ -40,6 +41,8 @@ class TimerKind(StrEnum):
     RETRY = "retry"
     #: A sleep node's wake-up time came.
     SLEEP = "sleep"
+    #: A wait for a signal ran out of time: it fails or goes on, as it declares.
+    SIGNAL_TIMEOUT = "signal_timeout"
 
 
 class RepairVerb(StrEnum):
@@ -121,8 +124,20 @@ class ParentRequest(_EventBase):
     reason: str = ""
 
 
+class SignalReceived(_EventBase):
+    """Something outside sent the saga a named signal (API, client, CLI or Kafka). The id
+    makes a re-sent signal recognisable: the store applies each id once."""
+
+    type: Literal["signal_received"] = "signal_received"
+    signal_id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=100)
+    #: Already validated against the payload model of the saga's waits for ``name``.
+    payload: dict[str, Any] = Field(default_factory=dict)
+    sender: str = ""
+
+
 Event = Annotated[
-    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest,
+    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived,
     Field(discriminator="type"),
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
 from coordinator.engine.leaf import fail, send_finish, succeed
-from coordinator.engine.nodes import sleep
+from coordinator.engine.nodes import sleep, wait
 from coordinator.engine.state import StepPhase
 from coordinator.engine.work import Work, message_id
 from participant_sdk.protocol import ErrorKind, Outcome
@@ -81,6 +81,8 @@ def on_timer(w: Work, event: TimerFired) -> str | None:
         ignored = _retry(w, event)
     elif event.kind is TimerKind.SLEEP:
         ignored = sleep.wake(w, event)
+    elif event.kind is TimerKind.SIGNAL_TIMEOUT:
+        ignored = wait.timed_out(w, event)
     else:  # a kind added to the enum but not handled here: refuse it, never guess
         return f"timer kind {event.kind.value!r} has no handler"
     if ignored is None:

@@ -19,6 +19,7 @@ from participant_sdk.protocol import Phase
 
 __all__ = [
     "ErrorRecord",
+    "KeptSignal",
     "Outstanding",
     "ParentLink",
     "SagaState",
@@ -84,6 +85,8 @@ class StepPhase(StrEnum):
     RESOLVED = "resolved"
     #: A sleep node waits for its wake-up timer (a deliberate wait, not a stuck step).
     SLEEPING = "sleeping"
+    #: A wait-for-signal node waits for its signal (or its timeout).
+    WAITING = "waiting"
 
     @property
     def is_active(self) -> bool:
@@ -92,7 +95,7 @@ class StepPhase(StrEnum):
 
     @property
     def is_deliberate_wait(self) -> bool:
-        """The node waits on purpose for time to pass (or, later, for a signal)."""
+        """The node waits on purpose: for time to pass, or for a signal."""
         return self in _DELIBERATE
 
 
@@ -105,7 +108,7 @@ _ACTIVE = frozenset(
         StepPhase.COMPENSATING,
     }
 )
-_DELIBERATE = frozenset({StepPhase.SLEEPING})
+_DELIBERATE = frozenset({StepPhase.SLEEPING, StepPhase.WAITING})
 
 
 class ErrorRecord(BaseModel):
@@ -150,6 +153,17 @@ class ParentLink(BaseModel):
     answered: bool = False
 
 
+class KeptSignal(BaseModel):
+    """A signal that arrived before a wait for it: kept until a wait consumes it."""
+
+    model_config = _FROZEN
+
+    signal_id: str
+    name: str
+    payload: dict[str, Any]
+    received_at: datetime
+
+
 class StepState(BaseModel):
     """One node of the saga: a step (later also a group, a wait, a sleep or a child saga)."""
 
@@ -168,7 +182,7 @@ class StepState(BaseModel):
     outstanding: Outstanding | None = None
     #: Timer id of the pending retry backoff, if the step is waiting to retry.
     retry_timer: str | None = None
-    #: A sleep's own timer (its wake-up), while it waits, and when it falls due.
+    #: A sleep's or a wait's own timer (wake-up, timeout) while it waits, and when it is due.
     timer: str | None = None
     due_at: datetime | None = None
     #: A forward command of this step was sent at least once (so rollback must undo it).
@@ -180,7 +194,7 @@ class StepState(BaseModel):
     #: A for-each item's value.
     item: Any = None
     #: A for-each's number of items; a choice's branch taken (-1: none); how many times a
-    #: sleep was entered (its timer ids stay unique when an operator retry re-enters it).
+    #: sleep or a wait was entered (its timer ids stay unique when an operator retry re-enters it).
     count: int | None = None
     #: A for-each's items below this index have all succeeded: its walk starts there, so a
     #: reply costs the same whatever the number of items already done.
@@ -236,6 +250,8 @@ class SagaState(BaseModel):
     #: Set when an operator resolved the saga by hand: actor, reason, previous status.
     resolution: dict[str, Any] | None = None
     completions: int = 0
+    #: Signals received that no wait has consumed yet, in arrival order.
+    signals: list[KeptSignal] = Field(default_factory=list)
     events_applied: int = 0
     started_at: datetime
     updated_at: datetime
@@ -262,7 +278,7 @@ class SagaState(BaseModel):
         return sorted(k for k, s in self.steps.items() if s.phase.is_active)
 
     def waiting_nodes(self) -> list[str]:
-        """Keys of the nodes waiting on purpose (sleeping), sorted."""
+        """Keys of the nodes waiting on purpose (sleeping, waiting for a signal), sorted."""
         return sorted(k for k, s in self.steps.items() if s.phase.is_deliberate_wait)
 
     def machine_states(self) -> list[str]:

@@ -129,6 +129,18 @@ def cmd_start(client: httpx.Client, args: argparse.Namespace) -> Any:
     return _call(client, "POST", "/sagas", json=body)
 
 
+def cmd_signal(client: httpx.Client, args: argparse.Namespace) -> Any:
+    body: dict[str, Any] = {"payload": args.payload}
+    if args.signal_id:
+        body["signal_id"] = args.signal_id
+    if args.start_type:
+        body.update(type=args.start_type, saga_id=args.saga_id, input=args.start_input,
+                    signal=args.name)
+        return _call(client, "POST", "/signal-with-start", json=body)
+    saga = _saga(client, args.saga_id)
+    return _call(client, "POST", f"/sagas/{saga}/signals/{args.name}", json=body)
+
+
 def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"reason": args.reason}
     for name in ("step", "payload", "result"):
@@ -216,6 +228,12 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
             out.write(f"next page: --cursor {data['next_cursor']}\n")
     elif command in ("show", "start", *_VERBS):
         out.write(render_saga(data))
+    elif command == "signal":
+        what = "already applied (same signal id): nothing changed" if data["duplicate"] \
+            else "accepted"
+        started = "; saga started" if data.get("started") else ""
+        out.write(f"signal {data['name']} ({data['signal_id']}) to saga {data['saga_id']}: "
+                  f"{what}{started}\n")
     elif command == "history":
         out.write(render_history(data))
     elif command == "diagram":
@@ -320,6 +338,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--saga-id", dest="saga_id",
                    help="your own id: starting twice with it is idempotent")
     p.add_argument("--version", type=int, help="saga type version (default: the latest)")
+    p = add("signal", cmd_signal, "send a saga a signal (kept until a wait takes it)")
+    p.add_argument("saga_id", help="saga id, or its first hex digits (the full id with "
+                                   "--start)")
+    p.add_argument("name", help="the signal's name")
+    p.add_argument("--payload", type=_json_arg, default={}, help="the payload (JSON object)")
+    p.add_argument("--signal-id", dest="signal_id",
+                   help="your id for it: sending it again is applied once")
+    p.add_argument("--start", dest="start_type", metavar="TYPE",
+                   help="signal-with-start: start a saga of TYPE with this id if absent")
+    p.add_argument("--input", dest="start_input", type=_json_arg, default={},
+                   help="with --start: the saga's input (JSON object)")
     for verb in _VERBS:
         p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
         p.add_argument("saga_id", help="saga id, or its first hex digits")

@@ -20,6 +20,7 @@ from coordinator.engine import Decision, Event, SagaState, TimerRequest
 from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
 from coordinator.store.nodes import UPSERT_NODES, dumps, node_writes, spine_json
+from coordinator.store.signals import mark_consumed
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -224,6 +225,8 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         for cmd in c.decision.commands
     ]
     await enqueue(conn, messages)
+    await mark_consumed(conn, [(c.saga.saga_id, s.signal_id, s.node, c.now) for c in changes
+                               for s in c.decision.consumed_signals])
     finished = [c.saga.saga_id for c in finals if c.decision.state.status.is_terminal]
     if finished:
         # A saga that ended needs no timer; the core cancels its own, this is the backstop.

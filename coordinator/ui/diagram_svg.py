@@ -20,6 +20,7 @@ from coordinator.engine.compiled import (
     CompiledSaga,
     CompiledSleep,
     CompiledStep,
+    CompiledWait,
     GroupKind,
     StepKind,
 )
@@ -72,9 +73,11 @@ def _title(node: CompiledGroup) -> str:
     return text
 
 
-def _leaf_label(node: CompiledStep | CompiledSleep) -> str:
+def _leaf_label(node: CompiledStep | CompiledSleep | CompiledWait) -> str:
     if isinstance(node, CompiledSleep):
         return f"{node.name} · sleep"
+    if isinstance(node, CompiledWait):
+        return f"{node.name} · wait for signal {node.signal}"
     return _label(node)
 
 

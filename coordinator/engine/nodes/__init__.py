@@ -9,6 +9,7 @@ from coordinator.engine.nodes import (
     sequence,
     sleep,
     step,
+    wait,
 )
 from coordinator.engine.nodes.base import ROOT, Progress, Scope, forward, undo
 
@@ -22,6 +23,7 @@ base.KINDS.update({
     "race": race.KIND,
     "choice": choice.KIND,
     "sleep": sleep.KIND,
+    "signal": wait.KIND,
 })
 
 __all__ = ["ROOT", "Progress", "Scope", "forward", "undo"]

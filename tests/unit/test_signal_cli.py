@@ -1,0 +1,59 @@
+"""``saga signal``: the request it sends and what it prints (the API is a mock transport;
+the routes themselves are tested on real Postgres in tests/integration/test_signals_api.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import httpx
+
+from coordinator.opscli import main as saga_cli
+
+SAGA = "2f6c0000-0000-4000-8000-000000000001"
+
+
+def _run(argv: list[str], answer: dict[str, Any], status: int = 202
+         ) -> tuple[int, str, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(status, json=answer)
+
+    out = io.StringIO()
+    code = saga_cli(["--url", "http://api", "--token", "t", *argv], out=out,
+                    transport=httpx.MockTransport(handler))
+    return code, out.getvalue(), seen
+
+
+def test_signal_posts_the_payload_and_id_to_the_signal_route() -> None:
+    answer = {"saga_id": SAGA, "signal_id": "s-1", "name": "paid", "duplicate": False,
+              "started": False}
+    code, out, [request] = _run(["signal", SAGA, "paid", "--payload", '{"amount": 5}',
+                                 "--signal-id", "s-1"], answer)
+    assert code == 0
+    assert (request.method, request.url.path) == ("POST", f"/sagas/{SAGA}/signals/paid")
+    assert json.loads(request.content) == {"payload": {"amount": 5}, "signal_id": "s-1"}
+    assert out == f"signal paid (s-1) to saga {SAGA}: accepted\n"
+
+
+def test_signal_with_start_posts_type_input_and_signal() -> None:
+    answer = {"saga_id": SAGA, "signal_id": "x", "name": "paid", "duplicate": True,
+              "started": False}
+    code, out, [request] = _run(["signal", SAGA, "paid", "--start", "await_payment",
+                                 "--input", '{"order_id": "o-1"}'], answer)
+    assert code == 0
+    assert request.url.path == "/signal-with-start"
+    assert json.loads(request.content) == {"payload": {}, "type": "await_payment",
+                                           "saga_id": SAGA, "input": {"order_id": "o-1"},
+                                           "signal": "paid"}
+    assert "already applied" in out
+
+
+def test_signal_errors_exit_non_zero_with_the_api_message() -> None:
+    body = {"error": {"code": "saga_finished", "message": "saga x is completed: it takes no "
+                      "more signals", "details": None}}
+    code, out, _ = _run(["signal", SAGA, "paid"], body, status=409)
+    assert code != 0 and out == ""
