@@ -15,7 +15,7 @@ from coordinator.engine import CompiledSaga
 from coordinator.store.errors import InvalidSignalPayload, UnknownSignal
 from coordinator.store.nodes import dumps
 
-__all__ = ["insert_signal", "mark_consumed", "signal_payload"]
+__all__ = ["insert_signal", "mark_consumed", "signal_payload", "signal_stored"]
 
 _INSERT: Final = """
 INSERT INTO saga_signals (saga_id, signal_id, name, payload, sender, received_at)
@@ -47,6 +47,13 @@ def signal_payload(definition: CompiledSaga, name: str, payload: Any) -> dict[st
             mode="json")
     except ValidationError as exc:
         raise InvalidSignalPayload(name, exc.errors(include_url=False)) from exc
+
+
+async def signal_stored(conn: asyncpg.Connection, saga_id: UUID, signal_id: str) -> bool:
+    """That signal id was already applied to this saga (checked with the saga row locked)."""
+    return bool(await conn.fetchval(
+        "SELECT true FROM saga_signals WHERE saga_id = $1 AND signal_id = $2",
+        saga_id, signal_id))
 
 
 async def insert_signal(conn: asyncpg.Connection, saga_id: UUID, signal_id: str, name: str,

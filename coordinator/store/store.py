@@ -74,7 +74,7 @@ from coordinator.store.records import (
     TimerRecord,
     VerifyResult,
 )
-from coordinator.store.signals import insert_signal, signal_payload
+from coordinator.store.signals import insert_signal, signal_payload, signal_stored
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.pools import create_pool
 from participant_sdk.protocol import Phase
@@ -406,13 +406,14 @@ class SagaStore:
         saga = LockedSaga.from_row(row)
         definition = self._definition_of(saga)
         data = signal_payload(definition, name, payload)
+        if await signal_stored(conn, saga_id, signal_id):  # a resend: same answer, even late
+            return SignalResult(saga_id, signal_id, name, duplicate=True), None
         await self._load_bases(conn, [saga])
         state = _state(saga)
         if state.status.is_terminal:
             raise SagaFinished(saga_id, state.status.value)
         now = self._clock()
-        if not await insert_signal(conn, saga_id, signal_id, name, data, actor, now):
-            return SignalResult(saga_id, signal_id, name, duplicate=True), None
+        await insert_signal(conn, saga_id, signal_id, name, data, actor, now)
         event = SignalReceived(signal_id=signal_id, name=name, payload=data, sender=actor)
         decision = advance(definition, state, event, now)
         change = Change(saga, saga.history_seq + 1, event, decision, now, actor)

@@ -131,13 +131,17 @@ async def test_signal_errors_are_404_409_422_and_403(api: Api) -> None:
                                    headers=bearer(VIEWER))
     assert viewer.status_code == 403
     assert await _signal_rows(api, saga_id) == []  # nothing refused was stored
-    await api.post(f"/sagas/{saga_id}/signals/paid", {"payload": {"amount": 1}})
+    await api.post(f"/sagas/{saga_id}/signals/paid",
+                   {"signal_id": "ok-1", "payload": {"amount": 1}})
     assert await _answer_all(api) == ["reserve"]
     assert await _answer_all(api) == ["ship"]
     assert (await api.get(f"/sagas/{saga_id}")).json()["status"] == "completed"
     late = await api.post(f"/sagas/{saga_id}/signals/paid", {"payload": {"amount": 1}},
                           token=OPERATOR)
     assert (late.status_code, late.json()["error"]["code"]) == (409, "saga_finished")
+    resent = await api.post(f"/sagas/{saga_id}/signals/paid",  # a late resend: same answer
+                            {"signal_id": "ok-1", "payload": {"amount": 1}})
+    assert (resent.status_code, resent.json()["duplicate"]) == (202, True)
 
 
 async def test_signal_with_start_starts_once_and_delivers_once(api: Api) -> None:
