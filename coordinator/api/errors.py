@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine import InvalidTransition
+from coordinator.saga_queries import QueryFailed, UnknownQuery
 from coordinator.store import (
     InvalidInput,
     InvalidSignalPayload,
@@ -165,6 +166,11 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
     elif isinstance(exc, StoreError):
         status = _store_status(exc)
         body = _body(exc.code, str(exc), _store_details(exc))
+    elif isinstance(exc, UnknownQuery):
+        status, body = 404, _body("unknown_query", str(exc), {"known": exc.known})
+    elif isinstance(exc, QueryFailed):
+        log.error("query failed on %s: %s", request.url.path, exc)
+        status, body = 500, _body("query_failed", str(exc))
     elif isinstance(exc, InvalidTransition):
         status, body = 409, _body("invalid_transition", str(exc))
     elif isinstance(exc, EngineInvalidInput):
@@ -185,5 +191,6 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     """Route every error class through :func:`_handle` (one handler, one body shape)."""
     for cls in (ApiError, RequestValidationError, StoreError, InvalidTransition,
-                EngineInvalidInput, asyncpg.DataError, StarletteHTTPException, Exception):
+                EngineInvalidInput, UnknownQuery, QueryFailed, asyncpg.DataError,
+                StarletteHTTPException, Exception):
         app.add_exception_handler(cls, _handle)

@@ -1,4 +1,5 @@
-"""Signals: deliver one to a saga, or start the saga and deliver it in one transaction."""
+"""Signals and queries: deliver a signal to a saga (or start the saga and deliver it in one
+transaction); answer a read-only query on a saga's stored state, taking no lock."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
+from coordinator.api.errors import NotFound
 from coordinator.api.models import Int32, Name
+from coordinator.saga_queries import run_query
 from coordinator.store import SignalResult
 
 __all__ = ["router"]
@@ -20,6 +23,7 @@ audit = logging.getLogger("coordinator.api.audit")
 router = APIRouter(responses=ERRORS, tags=["signals"])
 
 Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
+Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
 Ctx = Annotated[Context, Depends(context)]
 SagaId = Annotated[UUID, Path(description="The saga's id.")]
 SignalName = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z_][\w\-]*$",
@@ -88,3 +92,26 @@ async def signal_with_start(body: SignalWithStartRequest, ctx: Ctx,
     audit.info("signal-with-start %s %s saga=%s id=%s by=%s started=%s", body.type,
                body.signal, body.saga_id, result.signal_id, who.name, result.started)
     return _out(result)
+
+
+class QueryOut(BaseModel):
+    saga_id: UUID
+    name: str
+    #: The saga's status when the answer was computed.
+    status: str
+    result: dict[str, Any]
+
+
+QueryName = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^[A-Za-z_][\w\-]*$",
+                                description="A query the saga's class declares.")]
+
+
+@router.get("/sagas/{saga_id}/queries/{name}", response_model=QueryOut, tags=["queries"],
+            summary="Answer a query declared on the saga's class (no lock, no write)")
+async def query_saga(saga_id: SagaId, name: QueryName, ctx: Ctx, _: Viewer) -> QueryOut:
+    record = await ctx.store.get_saga(saga_id)  # a plain SELECT: never waits for the row
+    if record is None:
+        raise NotFound(f"no saga with id {saga_id}", code="saga_not_found")
+    definition = ctx.store.definition(record.saga_type, record.version)
+    return QueryOut(saga_id=saga_id, name=name, status=record.status,
+                    result=run_query(definition, record.state, name))

@@ -141,6 +141,10 @@ def cmd_signal(client: httpx.Client, args: argparse.Namespace) -> Any:
     return _call(client, "POST", f"/sagas/{saga}/signals/{args.name}", json=body)
 
 
+def cmd_query(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/queries/{args.name}")
+
+
 def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"reason": args.reason}
     for name in ("step", "payload", "result"):
@@ -234,6 +238,8 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
         started = "; saga started" if data.get("started") else ""
         out.write(f"signal {data['name']} ({data['signal_id']}) to saga {data['saga_id']}: "
                   f"{what}{started}\n")
+    elif command == "query":
+        out.write(json.dumps(data["result"], indent=2) + "\n")
     elif command == "history":
         out.write(render_history(data))
     elif command == "diagram":
@@ -349,6 +355,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="signal-with-start: start a saga of TYPE with this id if absent")
     p.add_argument("--input", dest="start_input", type=_json_arg, default={},
                    help="with --start: the saga's input (JSON object)")
+    p = add("query", cmd_query, "answer a query declared on the saga's class")
+    p.add_argument("saga_id", help="saga id, or its first hex digits")
+    p.add_argument("name", help="the query's name")
     for verb in _VERBS:
         p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
         p.add_argument("saga_id", help="saga id, or its first hex digits")

@@ -4,11 +4,13 @@ saga_signals rows (migration 0007) telling who sent what and which wait took it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+import asyncpg
 import httpx
 import pytest
 from pydantic import BaseModel
@@ -40,9 +42,20 @@ class Paid(BaseModel):
     amount: int
 
 
+class Progress(BaseModel):
+    order_id: str
+    status: str
+    paid: int | None
+
+
 class AwaitPayment(Saga):
     name = "await_payment"
     input_model = Order
+    queries = {
+        "progress": lambda q: Progress(order_id=q.input.order_id, status=q.status,
+                                       paid=(q.results.get("pay") or {}).get("amount")),
+        "broken": lambda q: {"not": "a model"},
+    }
     steps = (
         SagaStep("reserve", "stock", "reserve", compensable=True),
         WaitForSignal("pay", "paid", payload=Paid, timeout=timedelta(days=3)),
@@ -162,3 +175,41 @@ async def test_signal_with_start_starts_once_and_delivers_once(api: Api) -> None
     assert await _answer_all(api) == ["reserve"]
     assert await _answer_all(api) == ["ship"]
     await verify_all(api.store, [saga_id])
+
+
+async def test_a_query_answers_while_another_transaction_holds_the_saga_row(
+    api: Api, fresh_db: str,
+) -> None:
+    saga_id = await _start(api)
+    before = await api.get(f"/sagas/{saga_id}/queries/progress")
+    assert before.status_code == 200, before.text
+    assert before.json()["result"] == {"order_id": "o-1", "status": "running", "paid": None}
+    holder = await asyncpg.connect(fresh_db)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM sagas WHERE id = $1 FOR UPDATE", saga_id)
+            # Not even an apply could take the row now; the query does not need it.
+            answered = await asyncio.wait_for(
+                api.get(f"/sagas/{saga_id}/queries/progress"), timeout=5)
+            assert answered.status_code == 200
+            async with api.store.pool.acquire() as conn:
+                waiting = await conn.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted")
+            assert waiting == 0
+    finally:
+        await holder.close()
+    history = (await api.get(f"/sagas/{saga_id}/history")).json()["entries"]
+    assert len(history) == 1  # the queries wrote nothing
+
+
+async def test_query_errors(api: Api) -> None:
+    saga_id = await _start(api)
+    unknown = await api.get(f"/sagas/{saga_id}/queries/nope")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unknown_query")
+    assert unknown.json()["error"]["details"] == {"known": ["broken", "progress"]}
+    missing = await api.get(f"/sagas/{uuid4()}/queries/progress")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "saga_not_found")
+    broken = await api.get(f"/sagas/{saga_id}/queries/broken")
+    assert (broken.status_code, broken.json()["error"]["code"]) == (500, "query_failed")
+    assert "returned dict, not a pydantic model" in broken.json()["error"]["message"]
+    assert (await api.client.get(f"/sagas/{saga_id}/queries/progress")).status_code == 401

@@ -141,3 +141,12 @@ def test_signal_definition_errors() -> None:
 def test_a_signal_the_saga_type_has_no_wait_for_is_ignored() -> None:
     run = new_run(saga(act("a")))
     assert run.sim.signal("nope").ignored == "saga type tree waits for no signal 'nope'"
+
+
+def test_queries_are_checked_with_the_class() -> None:
+    with pytest.raises(DefinitionError, match="query name must be identifier-like"):
+        type("Q", (Saga,), {"name": "q", "input_model": TreeInput, "steps": (act("a"),),
+                            "queries": {"no spaces": lambda q: q}})
+    with pytest.raises(DefinitionError, match="query 'x' must be callable"):
+        type("Q", (Saga,), {"name": "q", "input_model": TreeInput, "steps": (act("a"),),
+                            "queries": {"x": 3}})

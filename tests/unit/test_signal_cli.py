@@ -1,5 +1,5 @@
-"""``saga signal``: the request it sends and what it prints (the API is a mock transport;
-the routes themselves are tested on real Postgres in tests/integration/test_signals_api.py)."""
+"""``saga signal`` and ``saga query``: the request each sends and what it prints (the API is
+a mock transport; the routes are tested on real Postgres in tests/integration/)."""
 
 from __future__ import annotations
 
@@ -57,3 +57,12 @@ def test_signal_errors_exit_non_zero_with_the_api_message() -> None:
                       "more signals", "details": None}}
     code, out, _ = _run(["signal", SAGA, "paid"], body, status=409)
     assert code != 0 and out == ""
+
+
+def test_query_gets_the_query_route_and_prints_the_result() -> None:
+    answer = {"saga_id": SAGA, "name": "progress", "status": "running",
+              "result": {"paid": False}}
+    code, out, [request] = _run(["query", SAGA, "progress"], answer, status=200)
+    assert code == 0
+    assert (request.method, request.url.path) == ("GET", f"/sagas/{SAGA}/queries/progress")
+    assert json.loads(out) == {"paid": False}
