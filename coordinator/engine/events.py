@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from coordinator.engine.state import ParentLink
 from participant_sdk.protocol import Phase, ReplyEnvelope
@@ -43,6 +43,8 @@ class TimerKind(StrEnum):
     SLEEP = "sleep"
     #: A wait for a signal ran out of time: it fails or goes on, as it declares.
     SIGNAL_TIMEOUT = "signal_timeout"
+    #: A delayed start's time came: the scheduled saga starts running.
+    START = "start"
 
 
 class RepairVerb(StrEnum):
@@ -73,6 +75,8 @@ class SagaStarted(_EventBase):
     trace_context: dict[str, str] = Field(default_factory=dict)
     #: A child saga's parent (its first request is the try that started it).
     parent: ParentLink | None = None
+    #: Run nothing before this time (timezone-aware): the saga is ``scheduled`` until then.
+    start_at: AwareDatetime | None = None
 
 
 class ReplyReceived(_EventBase):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coordinator.engine import starting
 from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
 from coordinator.engine.leaf import fail, send_finish, succeed
@@ -72,6 +73,11 @@ def _late_success(w: Work, event: ReplyReceived) -> bool:
 
 def on_timer(w: Work, event: TimerFired) -> str | None:
     """Apply a fired timer, on the path of its kind; returns why it was ignored, or ``None``."""
+    if event.kind is TimerKind.START:  # the saga's own timer: about no node
+        ignored = starting.start_now(w, event)
+        if ignored is None:
+            drive(w)
+        return ignored
     step = w.steps.get(event.step)
     if step is None:
         return f"timer for unknown step {event.step!r}"

@@ -110,11 +110,11 @@ class Simulator:
                 action="child_saga", payload=payload, reply_to="child_saga"))
         return out
 
-    def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None
-              ) -> Decision:
+    def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None,
+              *, start_at: datetime | None = None) -> Decision:
         return self.apply(SagaStarted(saga_id=self.saga_id, saga_type=self.definition.name,
                                       version=self.definition.version, input=input,
-                                      trace_context=trace_context or {}))
+                                      trace_context=trace_context or {}, start_at=start_at))
 
     def last(self, step: str | None = None, phase: Phase | None = None) -> CommandEnvelope:
         """The latest command sent (for ``step`` / ``phase`` if given)."""

@@ -36,6 +36,8 @@ _M = TypeVar("_M", bound=BaseModel)
 class Status(StrEnum):
     """Where a saga stands as a whole."""
 
+    #: Started with a later ``start_at``: it exists (listed, cancellable) but runs nothing yet.
+    SCHEDULED = "scheduled"
     RUNNING = "running"
     COMPLETED = "completed"
     COMPENSATING = "compensating"
@@ -250,6 +252,8 @@ class SagaState(BaseModel):
     #: Set when an operator resolved the saga by hand: actor, reason, previous status.
     resolution: dict[str, Any] | None = None
     completions: int = 0
+    #: A delayed start's time (status ``scheduled`` until then).
+    start_at: datetime | None = None
     #: Signals received that no wait has consumed yet, in arrival order.
     signals: list[KeptSignal] = Field(default_factory=list)
     events_applied: int = 0
@@ -286,6 +290,8 @@ class SagaState(BaseModel):
         drawn as its node ``reserve``), or the saga's own state when none is active."""
         if self.status is Status.DEAD:
             return ["dead"]
+        if self.status is Status.SCHEDULED:
+            return ["scheduled"]
         if self.status.is_terminal:
             return [self.status.value]
         states = sorted({f"{self.steps[k].node}.{self.steps[k].phase.value}"

@@ -126,6 +126,10 @@ def cmd_start(client: httpx.Client, args: argparse.Namespace) -> Any:
         body["saga_id"] = args.saga_id
     if args.version:
         body["version"] = args.version
+    if args.start_at:
+        body["start_at"] = args.start_at
+    if args.delay is not None:
+        body["delay_seconds"] = args.delay
     return _call(client, "POST", "/sagas", json=body)
 
 
@@ -344,6 +348,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--saga-id", dest="saga_id",
                    help="your own id: starting twice with it is idempotent")
     p.add_argument("--version", type=int, help="saga type version (default: the latest)")
+    p.add_argument("--start-at", dest="start_at", metavar="TIME",
+                   help="delayed start: ISO 8601 time with its offset (scheduled until then)")
+    p.add_argument("--delay", type=float, metavar="SECONDS",
+                   help="delayed start after this many seconds")
     p = add("signal", cmd_signal, "send a saga a signal (kept until a wait takes it)")
     p.add_argument("saga_id", help="saga id, or its first hex digits (the full id with "
                                    "--start)")

@@ -319,15 +319,17 @@ class SagaStore:
         version: int | None = None,
         actor: str = "api",
         trace_context: dict[str, str] | None = None,
+        start_at: datetime | None = None,
     ) -> StartResult:
-        """Start a saga, idempotently by id.
+        """Start a saga, idempotently by id; with a later ``start_at`` it is ``scheduled``
+        until then (its first command goes out at that time).
 
         The same id with the same type and input returns the existing saga
         (``created=False``); the same id with another type or input raises
         :class:`SagaConflict`. ``trace_context`` defaults to the current OpenTelemetry context.
         """
         definition, event, digest = self._start_event(saga_type, input, saga_id, version,
-                                                      trace_context)
+                                                      trace_context, start_at)
 
         async def work(conn: asyncpg.Connection) -> tuple[SagaRecord, bool, datetime | None]:
             return await self._start_in(conn, definition, event, digest, actor)
@@ -337,7 +339,8 @@ class SagaStore:
         return StartResult(record=record, created=created)
 
     def _start_event(self, saga_type: str, input: Any, saga_id: UUID | None,
-                     version: int | None, trace_context: dict[str, str] | None
+                     version: int | None, trace_context: dict[str, str] | None,
+                     start_at: datetime | None = None,
                      ) -> tuple[CompiledSaga, SagaStarted, bytes]:
         """The definition, start event and input digest of a start (raises on bad input)."""
         definition = self.definition(saga_type, version)
@@ -355,6 +358,7 @@ class SagaStore:
             version=definition.version,
             input=data,
             trace_context=trace_context,
+            start_at=start_at,
         )
         return definition, event, _input_hash(data)
 

@@ -66,3 +66,12 @@ def test_query_gets_the_query_route_and_prints_the_result() -> None:
     assert code == 0
     assert (request.method, request.url.path) == ("GET", f"/sagas/{SAGA}/queries/progress")
     assert json.loads(out) == {"paid": False}
+
+
+def test_start_with_a_delay_asks_for_a_delayed_start() -> None:
+    answer = {"saga_id": SAGA, "status": "scheduled"}
+    code, _, [request] = _run(["--json", "start", "order", "{}", "--delay", "60"], answer,
+                              status=201)
+    assert code == 0
+    assert json.loads(request.content) == {"type": "order", "input": {},
+                                           "delay_seconds": 60.0}
