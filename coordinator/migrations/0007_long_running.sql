@@ -16,3 +16,12 @@ CREATE TABLE saga_signals (
     consumed_by text,
     PRIMARY KEY (saga_id, signal_id)
 );
+
+-- Deliberate waits, for stuck detection without reading JSON (set with every snapshot, like
+-- the activity columns of 0004; not indexed, so updates stay HOT): `waiting` when the saga's
+-- only progress is a sleep or a wait for a signal (no command in flight), and `wait_due_at`
+-- the latest time one of those waits is due to end (NULL: a wait for a signal with no
+-- timeout). Sagas in flight before this migration have no such waits: the defaults hold.
+ALTER TABLE sagas
+    ADD COLUMN waiting boolean NOT NULL DEFAULT false,
+    ADD COLUMN wait_due_at timestamptz;
