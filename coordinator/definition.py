@@ -161,6 +161,9 @@ class Saga:
     #: Steps and composite nodes (``coordinator.flow``), run in order.
     steps: ClassVar[Sequence[Any]]
     description: ClassVar[str] = ""
+    #: Read-only queries by name: functions of a ``coordinator.saga_queries.QueryContext``
+    #: returning a pydantic model (served at ``GET /sagas/{id}/queries/{name}``).
+    queries: ClassVar[Mapping[str, Callable[[Any], BaseModel]]] = {}
     #: Abstract intermediate bases set this to skip validation.
     abstract: ClassVar[bool] = False
 
@@ -197,6 +200,15 @@ def validate_saga_class(
     if not isinstance(steps, Sequence) or isinstance(steps, str) or not steps:
         problems.append(f"{where}: `steps` must be a non-empty list or tuple of steps")
         steps = ()
+    queries = getattr(cls, "queries", {})
+    if not isinstance(queries, Mapping):
+        problems.append(f"{where}: `queries` must be a mapping of name -> function")
+        queries = {}
+    for qname, fn in queries.items():
+        if not isinstance(qname, str) or not NAME_PATTERN.match(qname):
+            problems.append(f"{where}: query name must be identifier-like, got {qname!r}")
+        if not callable(fn):
+            problems.append(f"{where}: query {qname!r} must be callable, got {fn!r}")
     from coordinator.flow import node_problems  # flow's nodes hold this module's steps
 
     problems.extend(node_problems(

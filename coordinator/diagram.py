@@ -13,6 +13,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import TextIO
 
 from coordinator.definition import DefinitionError, Saga
@@ -20,7 +21,9 @@ from coordinator.engine.compiled import (
     CompiledGroup,
     CompiledNode,
     CompiledSaga,
+    CompiledSleep,
     CompiledStep,
+    CompiledWait,
     GroupKind,
     StepKind,
     compile_saga,
@@ -101,6 +104,17 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
             "compensate" if node.reversible else "cannot be undone")
         lines.append(f'{pad}state "{_label(node.name)} ({node.kind.value}: '
                      f'{node.participant}.{node.action}; {undo})" as {nid}')
+        return nid
+    if isinstance(node, CompiledSleep):
+        what = (f"{node.duration}" if isinstance(node.duration, timedelta)
+                else f"until {node.until.isoformat()}" if isinstance(node.until, datetime)
+                else "computed wake-up")
+        lines.append(f'{pad}state "{_label(node.name)} (sleep: {what}; durable timer)" as {nid}')
+        return nid
+    if isinstance(node, CompiledWait):
+        limit = f"timeout {node.timeout}: {node.on_timeout}" if node.timeout else "no timeout"
+        lines.append(f'{pad}state "{_label(node.name)} (wait for signal {node.signal}; '
+                     f'{limit})" as {nid}')
         return nid
     title = f"{_KIND_LABEL[node.kind.value]} {node.name}"
     if node.kind is GroupKind.FOREACH:

@@ -1,11 +1,11 @@
 """The drain report of a saga type: which versions still have sagas in flight, since when,
 and how long the last of them may keep an old version needed.
 
-Counts read the ``sagas_in_flight`` partial index (running, compensating and dead rows), so a
-report costs O(sagas in flight), never O(sagas ever run). The expected end of a version is
-the latest durable timer (sleep, deadline, backoff) of its live sagas: none of them waits on
-a known timer beyond it. A live saga with no timer at all (waiting for a reply, signal or
-task without a deadline) has no known end; those are counted as ``unbounded``.
+Counts read the ``sagas_in_flight`` partial index (scheduled, running, compensating and dead
+rows), so a report costs O(sagas in flight), never O(sagas ever run). The expected end of a
+version is the latest durable timer (sleep, deadline, backoff) of its live sagas: none of
+them waits on a known timer beyond it. A live saga with no timer at all (waiting for a reply,
+signal or task without a deadline) has no known end; those are counted as ``unbounded``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class VersionDrain:
     version: int
     registered: bool
     latest: bool
-    #: In-flight sagas by status (running, compensating, dead); absent statuses are 0.
+    #: In-flight sagas by status (scheduled, running, compensating, dead); absent ones are 0.
     by_status: dict[str, int] = field(default_factory=lambda: dict.fromkeys(IN_FLIGHT_STATUSES, 0))
     oldest_live_id: UUID | None = None
     oldest_live_at: datetime | None = None

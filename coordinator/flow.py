@@ -1,4 +1,5 @@
-"""Composite nodes of a saga definition: sequences, parallel groups, for-each, races, choices.
+"""Composite nodes of a saga definition: sequences, parallel groups, for-each, races, choices,
+and the waits: durable sleeps and waits for signals.
 
 A saga's ``steps`` is a sequence. Each element is a step (:class:`TccStep`, :class:`SagaStep`)
 or one of the composites below; a *branch* is one node or a tuple of nodes (run in order)::
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import collections.abc as cabc
 from dataclasses import KW_ONLY, dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
 
 from coordinator.definition import (
     DEFAULT_ROLLBACK_RETRY,
@@ -47,7 +50,11 @@ __all__ = [
     "Parallel",
     "Race",
     "Sequence",
+    "Sleep",
+    "SleepUntil",
+    "WaitForSignal",
     "branch_nodes",
+    "child_branches",
 ]
 
 #: Nesting limit of composites (keeps step keys short: the wire limits them to 200 chars).
@@ -154,7 +161,51 @@ class ChildSaga:
     description: str = ""
 
 
-Node = TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga
+@dataclass(frozen=True)
+class Sleep:
+    """Wait for ``duration`` (a ``timedelta``, or a function of the context returning one)
+    before the next node runs. The wake-up is a timer row in Postgres: it survives every
+    process, so days and months are fine. Undo has nothing to do; a rollback or an operator
+    cancel of a sleeping saga removes the timer."""
+
+    name: str
+    duration: timedelta | cabc.Callable[[StepContext[Any]], timedelta]
+    _: KW_ONLY
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SleepUntil:
+    """Wait until ``until``: a timezone-aware ``datetime``, or a function of the context (the
+    input, earlier results) returning one. A naive datetime is a definition error (a naive
+    one returned at run time fails the node). A time already past wakes at once."""
+
+    name: str
+    until: datetime | cabc.Callable[[StepContext[Any]], datetime]
+    _: KW_ONLY
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class WaitForSignal:
+    """Wait for the signal ``signal`` (sent through the API, the client, the CLI or the
+    ``{prefix}.signals`` Kafka topic), whose payload must validate against ``payload``. A
+    signal that came before the wait is kept and taken when the wait is reached. The node's
+    result is the payload. After ``timeout`` (``None``: wait for ever), ``on_timeout="fail"``
+    fails the node (the saga rolls back) and ``"continue"`` goes on with the result
+    ``{"timed_out": True}``, so a following :class:`Choice` can take a declared path."""
+
+    name: str
+    signal: str
+    _: KW_ONLY
+    payload: type[BaseModel] | None = None
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "continue"] = "fail"
+    description: str = ""
+
+
+Node = (TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga | Sleep
+        | SleepUntil | WaitForSignal)
 #: A branch: one node, or a tuple of nodes run in order.
 Branch = Node | tuple[Node, ...]
 _COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice)
@@ -182,6 +233,14 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
             continue
         if isinstance(node, ChildSaga):
             out.extend(_child_problems(f"{where}.{node.name}", node, seen))
+            seen.add(node.name)
+            continue
+        if isinstance(node, Sleep | SleepUntil):
+            out.extend(_sleep_problems(f"{where}.{node.name}", node, seen))
+            seen.add(node.name)
+            continue
+        if isinstance(node, WaitForSignal):
+            out.extend(_wait_problems(f"{where}.{node.name}", node, seen))
             seen.add(node.name)
             continue
         if not isinstance(node, _COMPOSITES):
@@ -229,6 +288,42 @@ def _child_problems(at: str, node: ChildSaga, seen: set[str]) -> list[str]:
     return out
 
 
+def _sleep_problems(at: str, node: Sleep | SleepUntil, seen: set[str]) -> list[str]:
+    out = _name_problems(at, node.name, seen)
+    if isinstance(node, Sleep):
+        d = node.duration
+        if not callable(d) and (not isinstance(d, timedelta) or d < timedelta(0)):
+            out.append(f"{at}: duration must be a timedelta >= 0 or a function returning "
+                       f"one, got {d!r}")
+        return out
+    u = node.until
+    if isinstance(u, datetime):
+        if u.tzinfo is None or u.utcoffset() is None:
+            out.append(f"{at}: until is a naive datetime ({u.isoformat()}); give a "
+                       "timezone-aware one (e.g. tzinfo=UTC)")
+    elif not callable(u):
+        out.append(f"{at}: until must be a timezone-aware datetime or a function returning "
+                   f"one, got {u!r}")
+    return out
+
+
+def _wait_problems(at: str, node: WaitForSignal, seen: set[str]) -> list[str]:
+    from coordinator.definition import NAME_PATTERN
+
+    out = _name_problems(at, node.name, seen)
+    if not isinstance(node.signal, str) or not NAME_PATTERN.match(node.signal):
+        out.append(f"{at}: signal must be an identifier-like name, got {node.signal!r}")
+    model = node.payload
+    if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+        out.append(f"{at}: payload must be a pydantic model class or None, got {model!r}")
+    t = node.timeout
+    if t is not None and (not isinstance(t, timedelta) or t <= timedelta(0)):
+        out.append(f"{at}: timeout must be None or a positive timedelta, got {t!r}")
+    if node.on_timeout not in ("fail", "continue"):
+        out.append(f"{at}: on_timeout must be 'fail' or 'continue', got {node.on_timeout!r}")
+    return out
+
+
 def _name_problems(at: str, name: Any, seen: set[str]) -> list[str]:
     from coordinator.definition import NAME_PATTERN
 
@@ -237,6 +332,11 @@ def _name_problems(at: str, name: Any, seen: set[str]) -> list[str]:
     if name in seen:
         return [f"{at}: duplicate node name {name!r}"]
     return []
+
+
+def child_branches(node: Any) -> list[Any]:
+    """The branches under a composite node (none under a step, a sleep, a wait, a child)."""
+    return [b for _, b in _branches(node)] if isinstance(node, _COMPOSITES) else []
 
 
 def _branches(node: Any) -> list[tuple[str, Any]]:

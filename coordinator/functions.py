@@ -6,6 +6,8 @@ points wrap :mod:`coordinator.serverless` (the code the long-running worker runs
 
 * :meth:`~CoordinatorFunctions.replies`: the reply batch, for a Kafka trigger (AWS Lambda's
   Kafka event source or Knative's KafkaSource, see :mod:`participant_sdk.functions`);
+* :meth:`~CoordinatorFunctions.signals`: the signal batch, for a trigger on ``{prefix}.signals``
+  (another service's outbox signalling a saga);
 * :meth:`~CoordinatorFunctions.tick`: a scheduled trigger's tick: due schedules, due timers,
   then the relay tick, which publishes the commands they just wrote.
 
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
+from coordinator.signal_batch import handle_signal_batch
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
@@ -116,6 +119,24 @@ class CoordinatorFunctions:
         """The reply batch as a :data:`~participant_sdk.functions.RecordBatch`."""
         return self.handle_replies
 
+    async def handle_signals(self, records: Sequence[InboundRecord]) -> list[int]:
+        """Deliver a batch of signal records (what the worker's signal loop does); return the
+        indexes to redeliver: all of them when the database failed, which is safe because
+        each signal id is applied once per saga."""
+        store = await self.store()
+        try:
+            result = await handle_signal_batch(store, records)
+        except (TransientStoreError, *CONNECTION_ERRORS) as exc:
+            log.warning("signal batch of %d not applied (%r); redeliver", len(records), exc)
+            return list(range(len(records)))
+        log.debug("signal batch: %d applied, %d duplicates, %d dead letters", result.applied,
+                  result.duplicates, result.dead_lettered)
+        return []
+
+    def signals(self) -> RecordBatch:
+        """The signal batch as a :data:`~participant_sdk.functions.RecordBatch`."""
+        return self.handle_signals
+
     async def tick(self, now: dt.datetime | None = None) -> TickOutcome:
         """Fire due schedules and timers (in batches, within the budget), then run the relay
         tick. Safe to overlap: schedules are claimed with SKIP LOCKED, timers by their own
@@ -139,6 +160,11 @@ class CoordinatorFunctions:
                        ) -> Callable[[Mapping[str, Any], Any], dict[str, Any]]:
         """A Lambda handler for the replies topic's Kafka event source."""
         return lambda_handler(self.replies, loop=loop)
+
+    def lambda_signals(self, loop: FunctionLoop | None = None
+                       ) -> Callable[[Mapping[str, Any], Any], dict[str, Any]]:
+        """A Lambda handler for the signals topic's Kafka event source."""
+        return lambda_handler(self.signals, loop=loop)
 
     def lambda_tick(self, loop: FunctionLoop | None = None
                     ) -> Callable[[Mapping[str, Any], Any], dict[str, Any]]:

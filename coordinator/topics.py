@@ -13,16 +13,18 @@ from collections.abc import Iterable
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from coordinator.engine.compiled import CompiledSaga, StepKind
+from coordinator.signal_wire import signal_topic
 from participant_sdk.kafka_security import KafkaSecurity
 
 __all__ = ["ensure_topics", "saga_topics"]
 
 
 def saga_topics(sagas: Iterable[CompiledSaga]) -> list[str]:
-    """The reply topic and every command topic the saga types send to, sorted."""
+    """The reply and signal topics and every command topic the saga types send to, sorted."""
     topics: set[str] = set()
     for saga in sagas:
         topics.add(saga.reply_topic)
+        topics.add(signal_topic(saga.topic_prefix))
         topics.update(saga.command_topic(step) for step in saga.steps
                       if step.kind is not StepKind.CHILD)
     return sorted(topics)

@@ -18,8 +18,10 @@ from coordinator.api.routes_asyncapi import router as asyncapi_router
 from coordinator.api.routes_dead_letters import router as dead_letters_router
 from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
+from coordinator.api.routes_results import router as results_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
+from coordinator.api.routes_signals import router as signals_router
 from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.routes_versions import router as versions_router
 from coordinator.api.settings import ApiSettings
@@ -107,6 +109,8 @@ def create_app(
     install_error_handlers(app)
     app.include_router(sagas_router)
     app.include_router(versions_router)
+    app.include_router(signals_router)
+    app.include_router(results_router)
     app.include_router(schedules_router)
     app.include_router(jobs_router)
     app.include_router(verify_router)

@@ -29,14 +29,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine import InvalidTransition
+from coordinator.saga_queries import QueryFailed, UnknownQuery
 from coordinator.store import (
     InvalidInput,
+    InvalidSignalPayload,
     SagaConflict,
+    SagaFinished,
     SagaNotFound,
     StoreError,
     TransientStoreError,
     UnknownSagaType,
     UnknownSagaVersion,
+    UnknownSignal,
 )
 
 __all__ = [
@@ -118,11 +122,12 @@ def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 
 def _store_status(exc: StoreError) -> int:
-    if isinstance(exc, (UnknownSagaType, UnknownSagaVersion, InvalidInput)):
+    if isinstance(exc, (UnknownSagaType, UnknownSagaVersion, InvalidInput,
+                        InvalidSignalPayload)):
         return 422
-    if isinstance(exc, SagaNotFound):
+    if isinstance(exc, (SagaNotFound, UnknownSignal)):
         return 404
-    if isinstance(exc, SagaConflict):
+    if isinstance(exc, (SagaConflict, SagaFinished)):
         return 409
     if isinstance(exc, TransientStoreError):
         return 503
@@ -132,7 +137,9 @@ def _store_status(exc: StoreError) -> int:
 def _store_details(exc: StoreError) -> Any:
     if isinstance(exc, (UnknownSagaType, UnknownSagaVersion)):
         return {"known": exc.known}
-    if isinstance(exc, InvalidInput):
+    if isinstance(exc, UnknownSignal):
+        return {"known": exc.known}
+    if isinstance(exc, InvalidInput | InvalidSignalPayload):
         return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg")),
                  "type": str(e.get("type", ""))} for e in exc.errors]
     return None
@@ -159,6 +166,11 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
     elif isinstance(exc, StoreError):
         status = _store_status(exc)
         body = _body(exc.code, str(exc), _store_details(exc))
+    elif isinstance(exc, UnknownQuery):
+        status, body = 404, _body("unknown_query", str(exc), {"known": exc.known})
+    elif isinstance(exc, QueryFailed):
+        log.error("query failed on %s: %s", request.url.path, exc)
+        status, body = 500, _body("query_failed", str(exc))
     elif isinstance(exc, InvalidTransition):
         status, body = 409, _body("invalid_transition", str(exc))
     elif isinstance(exc, EngineInvalidInput):
@@ -179,5 +191,6 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     """Route every error class through :func:`_handle` (one handler, one body shape)."""
     for cls in (ApiError, RequestValidationError, StoreError, InvalidTransition,
-                EngineInvalidInput, asyncpg.DataError, StarletteHTTPException, Exception):
+                EngineInvalidInput, UnknownQuery, QueryFailed, asyncpg.DataError,
+                StarletteHTTPException, Exception):
         app.add_exception_handler(cls, _handle)

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from coordinator.engine import RepairVerb, SagaState, Status, StepPhase
 from coordinator.store import HistoryRecord, SagaRecord
@@ -106,6 +106,18 @@ class StartRequest(BaseModel):
         description="Your own id makes the start idempotent: the same id and input return "
         "the existing saga (200); the same id with another input is a 409.",
     )
+    start_at: AwareDatetime | None = Field(
+        default=None, description="Delayed start: the saga exists at once as `scheduled` "
+        "(listed, cancellable) and its first command goes out at this time.")
+    delay_seconds: float | None = Field(
+        default=None, ge=0, le=3.2e9, description="Delayed start after this many seconds "
+        "(instead of `start_at`).")
+
+    @model_validator(mode="after")
+    def _one_start_time(self) -> StartRequest:
+        if self.start_at is not None and self.delay_seconds is not None:
+            raise ValueError("give start_at or delay_seconds, not both")
+        return self
 
 
 class ErrorOut(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -96,8 +97,11 @@ def _filter(**fields: Any) -> SagaFilter:
                               "description": "The saga already existed with this id and input"}})
 async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
                      who: Operator) -> SagaDetail:
+    start_at = body.start_at if body.delay_seconds is None else (
+        ctx.now() + timedelta(seconds=body.delay_seconds))
     started = await ctx.store.start_saga(body.type, body.input, saga_id=body.saga_id,
-                                         version=body.version, actor=f"api:{who.name}")
+                                         version=body.version, actor=f"api:{who.name}",
+                                         start_at=start_at)
     if not started.created:
         response.status_code = 200
     response.headers["Location"] = f"/sagas/{started.record.saga_id}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -33,10 +33,13 @@ __all__ = [
     "CompiledGroup",
     "CompiledNode",
     "CompiledSaga",
+    "CompiledSleep",
     "CompiledStep",
+    "CompiledWait",
     "GroupKind",
     "StepKind",
     "Transition",
+    "WaitKind",
     "compile_saga",
 ]
 
@@ -54,6 +57,56 @@ class GroupKind(StrEnum):
     FOREACH = "foreach"
     RACE = "race"
     CHOICE = "choice"
+
+
+class WaitKind(StrEnum):
+    """Leaves that send no command: they wait, on a timer of their own."""
+
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+
+
+@dataclass(frozen=True)
+class CompiledWait:
+    """A wait for the signal ``signal``; ``timeout`` ``None`` waits for ever."""
+
+    name: str
+    signal: str
+    payload: type[BaseModel] | None
+    timeout: timedelta | None
+    on_timeout: str
+    description: str = ""
+    kind: WaitKind = WaitKind.SIGNAL
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind.value, "description": self.description,
+                "signal": self.signal,
+                "timeout_s": self.timeout.total_seconds() if self.timeout else None,
+                "on_timeout": self.on_timeout,
+                "payload_schema": self.payload.model_json_schema() if self.payload else None}
+
+
+@dataclass(frozen=True)
+class CompiledSleep:
+    """A sleep or sleep-until node: exactly one of ``duration`` and ``until`` is set, each a
+    value or a function of the step context."""
+
+    name: str
+    duration: timedelta | Callable[[Any], timedelta] | None = None
+    until: datetime | Callable[[Any], datetime] | None = None
+    description: str = ""
+    kind: WaitKind = WaitKind.SLEEP
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind.value,
+                               "description": self.description}
+        if isinstance(self.duration, timedelta):
+            out["duration_s"] = self.duration.total_seconds()
+        elif isinstance(self.until, datetime):
+            out["until"] = self.until.isoformat()
+        else:
+            out["computed"] = "duration" if self.duration is not None else "until"
+        return out
 
 
 @dataclass(frozen=True)
@@ -155,7 +208,7 @@ class CompiledGroup:
         return out
 
 
-CompiledNode = CompiledStep | CompiledGroup
+CompiledNode = CompiledStep | CompiledGroup | CompiledSleep | CompiledWait
 
 
 @dataclass(frozen=True)
@@ -202,6 +255,12 @@ class CompiledSaga:
         return {c.name: g.name for g in walk(self.root) if isinstance(g, CompiledGroup)
                 for c in g.children}
 
+    @cached_property
+    def signals(self) -> dict[str, type[BaseModel] | None]:
+        """Signal name -> its payload model, over every wait of the tree (waits for one
+        signal share its model: checked when compiling)."""
+        return {n.signal: n.payload for n in walk(self.root) if isinstance(n, CompiledWait)}
+
     def node(self, name: str) -> CompiledNode:
         return self._by_name[name]
 
@@ -236,6 +295,7 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
                          children=tuple(_compile_node(n) for n in cls.steps))
     from coordinator.engine.machine import build_machine  # machine needs the node modules
 
+    _check_signal_models(cls, root)
     states, transitions = build_machine(root)
     return CompiledSaga(
         name=cls.name,
@@ -248,6 +308,17 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         states=states,
         transitions=transitions,
     )
+
+
+def _check_signal_models(cls: type[Saga], root: CompiledGroup) -> None:
+    from coordinator.definition import DefinitionError
+
+    models: dict[str, Any] = {}
+    for node in walk(root):
+        if isinstance(node, CompiledWait):
+            if models.setdefault(node.signal, node.payload) is not node.payload:
+                raise DefinitionError(f"{cls.__qualname__}.{node.name}: waits for signal "
+                                      f"{node.signal!r} declare different payload models")
 
 
 def walk(node: CompiledNode) -> Iterator[CompiledNode]:
@@ -263,6 +334,15 @@ def _compile_node(spec: Any) -> CompiledNode:
         return _compile_step(spec)
     if isinstance(spec, flow.ChildSaga):
         return _compile_child(spec)
+    if isinstance(spec, flow.Sleep):
+        return CompiledSleep(name=spec.name, duration=spec.duration,
+                             description=spec.description)
+    if isinstance(spec, flow.WaitForSignal):
+        return CompiledWait(name=spec.name, signal=spec.signal, payload=spec.payload,
+                            timeout=spec.timeout, on_timeout=spec.on_timeout,
+                            description=spec.description)
+    if isinstance(spec, flow.SleepUntil):
+        return CompiledSleep(name=spec.name, until=spec.until, description=spec.description)
     if isinstance(spec, flow.Sequence):
         return _group(spec.name, GroupKind.SEQUENCE, spec.steps, spec.description)
     if isinstance(spec, flow.Parallel | flow.Race):

@@ -20,11 +20,14 @@ from coordinator.engine.events import (
     ParentRequest,
     ReplyReceived,
     SagaStarted,
+    SignalReceived,
     TimerFired,
 )
 from coordinator.engine.nested import answer_parent, on_parent_request
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
+from coordinator.engine.signals import on_signal
+from coordinator.engine.starting import schedule_start
 from coordinator.engine.state import SagaState, Status, StepState, trusted
 from coordinator.engine.work import Work, message_id, timer_id
 
@@ -44,9 +47,13 @@ def advance(
     if isinstance(event, SagaStarted):
         if state is not None:
             return _ignored(state, event, now, f"saga {state.saga_id} already started")
-        work = Work(definition, _initial(definition, event, now), now)
-        work.note(f"started {definition.name} v{definition.version}")
-        drive(work)
+        later = event.start_at is not None and event.start_at > now
+        work = Work(definition, _initial(definition, event, now, later), now)
+        if event.start_at is not None and later:
+            schedule_start(work, event.start_at)
+        else:
+            work.note(f"started {definition.name} v{definition.version}")
+            drive(work)
         return _decision(work, event)
     if state is None:
         raise InvalidTransition(f"no saga to apply {event.type} to: it was never started")
@@ -62,6 +69,8 @@ def advance(
         ignored = on_timer(work, event) if not state.status.is_terminal else "saga finished"
     elif isinstance(event, ParentRequest):
         ignored = on_parent_request(work, event)
+    elif isinstance(event, SignalReceived):
+        ignored = on_signal(work, event) if not state.status.is_terminal else "saga finished"
     else:
         on_repair(work, event)
     if ignored is not None:
@@ -79,7 +88,8 @@ def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]]) 
     return state
 
 
-def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> SagaState:
+def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime,
+             later: bool = False) -> SagaState:
     if (event.saga_type, event.version) != (definition.name, definition.version):
         raise InvalidTransition(
             f"start asks for {event.saga_type} v{event.version}, but the definition given is "
@@ -95,7 +105,8 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime) -> Sag
         saga_id=event.saga_id,
         saga_type=definition.name,
         version=definition.version,
-        status=Status.RUNNING,
+        status=Status.SCHEDULED if later else Status.RUNNING,
+        start_at=event.start_at if later else None,
         input=model.model_dump(mode="json"),
         steps=steps,
         trace_context=dict(event.trace_context),
@@ -135,6 +146,7 @@ def _decision(work: Work, event: Event) -> Decision:
         cancel_timers=work.cancel_timers,
         children=work.children,
         deliveries=work.deliveries,
+        consumed_signals=work.consumed_signals,
         ignored=None,
         moves=work.moves,
         touched=list(work.touched),

@@ -21,6 +21,7 @@ from participant_sdk.protocol import CommandEnvelope, Phase
 
 __all__ = [
     "ChildStart",
+    "ConsumedSignal",
     "Decision",
     "Delivery",
     "EngineError",
@@ -60,11 +61,13 @@ class TimerRequest(BaseModel):
 
     model_config = _FROZEN
 
-    #: Deterministic: ``{saga_id}:{step}:{phase}:{attempt}:{kind}``. Safe as a primary key.
+    #: Deterministic: ``{saga_id}:{step}:{phase}:{attempt}:{kind}`` (a node's own timer:
+    #: ``{saga_id}:{step}:{kind}:{attempt}``). Safe as a primary key.
     timer_id: str
     due_at: datetime
     step: str
-    phase: Phase
+    #: ``None`` for a node's own timer (a sleep): it is about no command.
+    phase: Phase | None
     attempt: int
     kind: TimerKind
 
@@ -81,6 +84,16 @@ class ChildStart(BaseModel):
     input: dict[str, Any]
     trace_context: dict[str, str]
     parent: ParentLink
+
+
+class ConsumedSignal(BaseModel):
+    """A kept or arriving signal that a wait took: the store marks its row consumed."""
+
+    model_config = _FROZEN
+
+    signal_id: str
+    #: The key of the wait node that took it.
+    node: str
 
 
 class Delivery(BaseModel):
@@ -132,6 +145,8 @@ class Decision(BaseModel):
     #: Child sagas to start, and events for other sagas, committed with this decision.
     children: list[ChildStart] = Field(default_factory=list)
     deliveries: list[Delivery] = Field(default_factory=list)
+    #: Signals a wait consumed in this decision.
+    consumed_signals: list[ConsumedSignal] = Field(default_factory=list)
     #: Why the event changed nothing (duplicate or stale reply, stale timer), else ``None``.
     ignored: str | None = None
     #: Every phase change (key, node, from, to) and status change ("", "", from, to) made,

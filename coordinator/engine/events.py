@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from coordinator.engine.state import ParentLink
 from participant_sdk.protocol import Phase, ReplyEnvelope
@@ -23,6 +23,7 @@ __all__ = [
     "RepairVerb",
     "ReplyReceived",
     "SagaStarted",
+    "SignalReceived",
     "TimerFired",
     "TimerKind",
     "event_from_json",
@@ -36,12 +37,19 @@ EVENT_FORMAT_VERSION = 1
 
 
 class TimerKind(StrEnum):
-    """Why a durable timer exists."""
+    """Why a durable timer exists; the core handles each kind on its own path, and a kind it
+    does not know is refused, never taken for a retry."""
 
     #: A reply did not come in time: the attempt counts as a retryable failure.
     DEADLINE = "deadline"
     #: A backoff ended: send the next attempt.
     RETRY = "retry"
+    #: A sleep node's wake-up time came.
+    SLEEP = "sleep"
+    #: A wait for a signal ran out of time: it fails or goes on, as it declares.
+    SIGNAL_TIMEOUT = "signal_timeout"
+    #: A delayed start's time came: the scheduled saga starts running.
+    START = "start"
 
 
 class RepairVerb(StrEnum):
@@ -75,6 +83,8 @@ class SagaStarted(_EventBase):
     trace_context: dict[str, str] = Field(default_factory=dict)
     #: A child saga's parent (its first request is the try that started it).
     parent: ParentLink | None = None
+    #: Run nothing before this time (timezone-aware): the saga is ``scheduled`` until then.
+    start_at: AwareDatetime | None = None
 
 
 class ReplyReceived(_EventBase):
@@ -90,7 +100,9 @@ class TimerFired(_EventBase):
     type: Literal["timer_fired"] = "timer_fired"
     timer_id: str
     step: str
-    phase: Phase
+    #: The protocol phase a deadline or retry timer is about; ``None`` for a node's own
+    #: timer (a sleep), which is about no command.
+    phase: Phase | None = None
     attempt: int
     kind: TimerKind
 
@@ -124,8 +136,20 @@ class ParentRequest(_EventBase):
     reason: str = ""
 
 
+class SignalReceived(_EventBase):
+    """Something outside sent the saga a named signal (API, client, CLI or Kafka). The id
+    makes a re-sent signal recognisable: the store applies each id once."""
+
+    type: Literal["signal_received"] = "signal_received"
+    signal_id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=100)
+    #: Already validated against the payload model of the saga's waits for ``name``.
+    payload: dict[str, Any] = Field(default_factory=dict)
+    sender: str = ""
+
+
 Event = Annotated[
-    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest,
+    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived,
     Field(discriminator="type"),
 ]
 

@@ -19,6 +19,8 @@ END_STATES = ("completed", "compensated", "cancelled", "dead")
 
 #: Moves of the saga's status (``running`` covers forward and confirm).
 SAGA_EDGES = (
+    ("scheduled", "running", "its start time came"),
+    ("scheduled", "cancelled", "operator cancel before its start"),
     ("running", "completed", "every node done, every confirm acknowledged"),
     ("running", "compensating", "a node failed for good / operator compensate or cancel"),
     ("running", "dead", "a confirm or a loser's undo gave up"),
@@ -43,7 +45,7 @@ def build_machine(root: CompiledGroup) -> tuple[tuple[str, ...], tuple[Transitio
     """Flat states (``<node>.<phase>`` and the saga's own) and every edge between them."""
     from coordinator.engine.compiled import Transition, walk
 
-    states: list[str] = ["start", "running", "prepared", "confirming", "compensating"]
+    states: list[str] = ["start", "scheduled", "running", "prepared", "confirming", "compensating"]
     edges: list[Transition] = []
     for node in walk(root):
         if not node.name:
@@ -55,5 +57,6 @@ def build_machine(root: CompiledGroup) -> tuple[tuple[str, ...], tuple[Transitio
             edges.append(Transition(f"{node.name}.{source}", f"{node.name}.{target}", label))
     states.extend(END_STATES)
     edges.append(Transition("start", "running", "started"))
+    edges.append(Transition("start", "scheduled", "started with a later start_at"))
     edges.extend(Transition(s, t, label) for s, t, label in SAGA_EDGES)
     return tuple(states), tuple(edges)

@@ -13,6 +13,7 @@ from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
 from coordinator.engine.leaf import send_finish, succeed
+from coordinator.engine.starting import cancel_scheduled
 from coordinator.engine.state import Stage, Status, StepPhase
 from coordinator.engine.work import ACTIVE_PHASE, Work
 from participant_sdk.protocol import Phase
@@ -28,6 +29,9 @@ def on_repair(w: Work, event: OperatorRepair) -> None:
     status = w.state.status
     if status.is_terminal:
         raise InvalidTransition(f"saga is {status.value}: no repair applies to a finished saga")
+    if status is Status.SCHEDULED and event.verb is not RepairVerb.CANCEL:
+        raise InvalidTransition(f"saga is scheduled to start at {w.state.start_at}: nothing "
+                                "ran yet, only cancel applies")
     if event.step is not None and event.step not in w.state.steps:
         known = ", ".join(w.state.steps)
         raise InvalidTransition(f"unknown step {event.step!r} (steps: {known})")
@@ -183,6 +187,9 @@ def _compensate(w: Work, event: OperatorRepair) -> None:
 
 def _cancel(w: Work, event: OperatorRepair) -> None:
     state = w.state
+    if state.status is Status.SCHEDULED:
+        cancel_scheduled(w, f"cancelled by {event.actor} before its start: {event.reason}")
+        return
     if state.status is Status.RUNNING and state.stage is Stage.FORWARD:
         start_rollback(w, f"cancelled by {event.actor}: {event.reason}", Status.CANCELLED)
         return

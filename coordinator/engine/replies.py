@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from coordinator.engine import starting
 from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
 from coordinator.engine.leaf import fail, send_finish, succeed
+from coordinator.engine.nodes import sleep, wait
 from coordinator.engine.state import StepPhase
 from coordinator.engine.work import Work, message_id
 from participant_sdk.protocol import ErrorKind, Outcome
@@ -70,22 +72,46 @@ def _late_success(w: Work, event: ReplyReceived) -> bool:
 
 
 def on_timer(w: Work, event: TimerFired) -> str | None:
-    """Apply a fired timer; returns why it was ignored, or ``None``."""
+    """Apply a fired timer, on the path of its kind; returns why it was ignored, or ``None``."""
+    if event.kind is TimerKind.START:  # the saga's own timer: about no node
+        ignored = starting.start_now(w, event)
+        if ignored is None:
+            drive(w)
+        return ignored
     step = w.steps.get(event.step)
     if step is None:
         return f"timer for unknown step {event.step!r}"
     if event.kind is TimerKind.DEADLINE:
-        sent = step.outstanding
-        if sent is None or sent.deadline_timer != event.timer_id:
-            return f"stale deadline timer {event.timer_id}"
-        w.update_step(event.step, outstanding=None,
-                      uncertain=step.uncertain or sent.phase.is_forward)
-        wait = w.spec(event.step).deadline_for(sent.phase)
-        fail(w, event.step, sent.phase, "deadline",
-             f"no reply within {wait.total_seconds():g}s", retryable=True)
+        ignored = _deadline(w, event)
+    elif event.kind is TimerKind.RETRY:
+        ignored = _retry(w, event)
+    elif event.kind is TimerKind.SLEEP:
+        ignored = sleep.wake(w, event)
+    elif event.kind is TimerKind.SIGNAL_TIMEOUT:
+        ignored = wait.timed_out(w, event)
+    else:  # a kind added to the enum but not handled here: refuse it, never guess
+        return f"timer kind {event.kind.value!r} has no handler"
+    if ignored is None:
         drive(w)
-        return None
-    if step.retry_timer != event.timer_id:
+    return ignored
+
+
+def _deadline(w: Work, event: TimerFired) -> str | None:
+    step = w.step(event.step)
+    sent = step.outstanding
+    if sent is None or sent.deadline_timer != event.timer_id:
+        return f"stale deadline timer {event.timer_id}"
+    w.update_step(event.step, outstanding=None,
+                  uncertain=step.uncertain or sent.phase.is_forward)
+    wait = w.spec(event.step).deadline_for(sent.phase)
+    fail(w, event.step, sent.phase, "deadline",
+         f"no reply within {wait.total_seconds():g}s", retryable=True)
+    return None
+
+
+def _retry(w: Work, event: TimerFired) -> str | None:
+    step = w.step(event.step)
+    if step.retry_timer != event.timer_id or event.phase is None:
         return f"stale retry timer {event.timer_id}"
     w.update_step(event.step, retry_timer=None)
     retry_phase = event.phase
@@ -93,5 +119,4 @@ def on_timer(w: Work, event: TimerFired) -> str | None:
         w.send(event.step, retry_phase, dict(step.payload or {}))
     else:
         send_finish(w, event.step, retry_phase)
-    drive(w)
     return None

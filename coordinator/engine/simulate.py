@@ -22,6 +22,7 @@ from coordinator.engine.events import (
     RepairVerb,
     ReplyReceived,
     SagaStarted,
+    SignalReceived,
     TimerFired,
     TimerKind,
     event_from_json,
@@ -109,11 +110,11 @@ class Simulator:
                 action="child_saga", payload=payload, reply_to="child_saga"))
         return out
 
-    def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None
-              ) -> Decision:
+    def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None,
+              *, start_at: datetime | None = None) -> Decision:
         return self.apply(SagaStarted(saga_id=self.saga_id, saga_type=self.definition.name,
                                       version=self.definition.version, input=input,
-                                      trace_context=trace_context or {}))
+                                      trace_context=trace_context or {}, start_at=start_at))
 
     def last(self, step: str | None = None, phase: Phase | None = None) -> CommandEnvelope:
         """The latest command sent (for ``step`` / ``phase`` if given)."""
@@ -178,6 +179,13 @@ class Simulator:
                **kwargs: Any) -> Decision:
         return self.apply(OperatorRepair(verb=RepairVerb(verb), actor=actor, reason=reason,
                                          **kwargs))
+
+    def signal(self, name: str, payload: dict[str, Any] | None = None, *,
+               signal_id: str | None = None) -> Decision:
+        """Send the saga a signal (a fresh id unless one is given: the same id is a resend)."""
+        self._replies += 1
+        sid = signal_id or str(uuid.uuid5(_REPLY_NS, f"signal/{self._replies}"))
+        return self.apply(SignalReceived(signal_id=sid, name=name, payload=payload or {}))
 
     def tick(self, delta: timedelta) -> None:
         self.now += delta

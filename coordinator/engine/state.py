@@ -20,6 +20,7 @@ from participant_sdk.protocol import Phase
 __all__ = [
     "STATE_FORMAT_VERSION",
     "ErrorRecord",
+    "KeptSignal",
     "Outstanding",
     "ParentLink",
     "SagaState",
@@ -41,6 +42,8 @@ _M = TypeVar("_M", bound=BaseModel)
 class Status(StrEnum):
     """Where a saga stands as a whole."""
 
+    #: Started with a later ``start_at``: it exists (listed, cancellable) but runs nothing yet.
+    SCHEDULED = "scheduled"
     RUNNING = "running"
     COMPLETED = "completed"
     COMPENSATING = "compensating"
@@ -88,11 +91,20 @@ class StepPhase(StrEnum):
     FAILED = "failed"
     #: Rolled back by hand: an operator skipped its cancel or compensation.
     RESOLVED = "resolved"
+    #: A sleep node waits for its wake-up timer (a deliberate wait, not a stuck step).
+    SLEEPING = "sleeping"
+    #: A wait-for-signal node waits for its signal (or its timeout).
+    WAITING = "waiting"
 
     @property
     def is_active(self) -> bool:
         """A command of this step is in flight or waiting for a retry."""
         return self in _ACTIVE
+
+    @property
+    def is_deliberate_wait(self) -> bool:
+        """The node waits on purpose: for time to pass, or for a signal."""
+        return self in _DELIBERATE
 
 
 _ACTIVE = frozenset(
@@ -104,6 +116,7 @@ _ACTIVE = frozenset(
         StepPhase.COMPENSATING,
     }
 )
+_DELIBERATE = frozenset({StepPhase.SLEEPING, StepPhase.WAITING})
 
 
 class ErrorRecord(BaseModel):
@@ -148,6 +161,17 @@ class ParentLink(BaseModel):
     answered: bool = False
 
 
+class KeptSignal(BaseModel):
+    """A signal that arrived before a wait for it: kept until a wait consumes it."""
+
+    model_config = _FROZEN
+
+    signal_id: str
+    name: str
+    payload: dict[str, Any]
+    received_at: datetime
+
+
 class StepState(BaseModel):
     """One node of the saga: a step (later also a group, a wait, a sleep or a child saga)."""
 
@@ -166,6 +190,9 @@ class StepState(BaseModel):
     outstanding: Outstanding | None = None
     #: Timer id of the pending retry backoff, if the step is waiting to retry.
     retry_timer: str | None = None
+    #: A sleep's or a wait's own timer (wake-up, timeout) while it waits, and when it is due.
+    timer: str | None = None
+    due_at: datetime | None = None
     #: A forward command of this step was sent at least once (so rollback must undo it).
     sent: bool = False
     #: A forward attempt got no reply before its deadline: its effect is unknown.
@@ -174,7 +201,8 @@ class StepState(BaseModel):
     abandoned: bool = False
     #: A for-each item's value.
     item: Any = None
-    #: A for-each's number of items; a choice's branch taken (-1: none).
+    #: A for-each's number of items; a choice's branch taken (-1: none); how many times a
+    #: sleep or a wait was entered (its timer ids stay unique when an operator retry re-enters it).
     count: int | None = None
     #: A for-each's items below this index have all succeeded: its walk starts there, so a
     #: reply costs the same whatever the number of items already done.
@@ -232,6 +260,10 @@ class SagaState(BaseModel):
     #: Set when an operator resolved the saga by hand: actor, reason, previous status.
     resolution: dict[str, Any] | None = None
     completions: int = 0
+    #: A delayed start's time (status ``scheduled`` until then).
+    start_at: datetime | None = None
+    #: Signals received that no wait has consumed yet, in arrival order.
+    signals: list[KeptSignal] = Field(default_factory=list)
     events_applied: int = 0
     started_at: datetime
     updated_at: datetime
@@ -257,15 +289,21 @@ class SagaState(BaseModel):
         """Keys of the steps with a command in flight or a retry pending, sorted."""
         return sorted(k for k, s in self.steps.items() if s.phase.is_active)
 
+    def waiting_nodes(self) -> list[str]:
+        """Keys of the nodes waiting on purpose (sleeping, waiting for a signal), sorted."""
+        return sorted(k for k, s in self.steps.items() if s.phase.is_deliberate_wait)
+
     def machine_states(self) -> list[str]:
         """The machine states the saga is in: one per active step (``lines[2].reserve`` is
         drawn as its node ``reserve``), or the saga's own state when none is active."""
         if self.status is Status.DEAD:
             return ["dead"]
+        if self.status is Status.SCHEDULED:
+            return ["scheduled"]
         if self.status.is_terminal:
             return [self.status.value]
         states = sorted({f"{self.steps[k].node}.{self.steps[k].phase.value}"
-                         for k in self.active_steps()})
+                         for k in (*self.active_steps(), *self.waiting_nodes())})
         return states or ["start" if self.stage is Stage.FORWARD else self.stage.value]
 
     def machine_state(self) -> str:

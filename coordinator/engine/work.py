@@ -7,7 +7,13 @@ from datetime import datetime
 from typing import Any
 
 from coordinator.engine.compiled import CompiledSaga, CompiledStep, StepKind
-from coordinator.engine.decision import ChildStart, Delivery, OutgoingCommand, TimerRequest
+from coordinator.engine.decision import (
+    ChildStart,
+    ConsumedSignal,
+    Delivery,
+    OutgoingCommand,
+    TimerRequest,
+)
 from coordinator.engine.events import Event, ParentRequest, TimerKind
 from coordinator.engine.state import (
     Outstanding,
@@ -56,6 +62,7 @@ class Work:
         self.cancel_timers: list[str] = []
         self.children: list[ChildStart] = []
         self.deliveries: list[Delivery] = []
+        self.consumed_signals: list[ConsumedSignal] = []
         self.notes: list[str] = []
         #: The steps mapping this decision built (safe to edit in place), if any.
         self._own_steps: dict[str, StepState] | None = None

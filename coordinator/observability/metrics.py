@@ -123,7 +123,8 @@ class CoordinatorMetrics:
             if reply.outcome.value != "ok":
                 kind = reply.error.kind.value if reply.error is not None else reply.outcome.value
                 self.step_failures.labels(saga_type, node_name(reply.step), phase, kind).inc()
-        elif isinstance(event, TimerFired) and event.kind is TimerKind.DEADLINE:
+        elif (isinstance(event, TimerFired) and event.kind is TimerKind.DEADLINE
+              and event.phase is not None):
             phase = event.phase.value
             sent = _sent_at(prior, event.step, None)
             if sent is not None:

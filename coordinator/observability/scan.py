@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 _IN_FLIGHT: Final = """
 SELECT saga_type, status, count(*) AS n FROM sagas
-WHERE status IN ('running', 'compensating', 'dead')
+WHERE status IN ('scheduled', 'running', 'compensating', 'dead')
 GROUP BY saga_type, status
 """
 _DEAD_LETTERS: Final = (

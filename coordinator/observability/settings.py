@@ -44,6 +44,10 @@ class StuckPolicy(BaseModel):
     thresholds: dict[str, timedelta] = Field(default_factory=dict)
     #: Retries of the current phase that flag a saga (0 turns the criterion off).
     max_retries: int = Field(default=3, ge=0)
+    #: A saga that only waits on purpose (sleeps, waits for signals) is stuck only when a
+    #: wait is overdue by more than its threshold (its timer did not fire), or, waiting for a
+    #: signal with no timeout, after this long without progress.
+    signal_wait: timedelta = timedelta(days=7)
 
     def threshold(self, saga_type: str, step: str | None) -> timedelta:
         if step is not None:
@@ -78,6 +82,8 @@ class ObservabilitySettings(BaseSettings):
     stuck_thresholds: Annotated[dict[str, timedelta], NoDecode] = Field(default_factory=dict)
     #: Retries of the current phase that flag a saga as stuck (0: off).
     stuck_retries: int = Field(default=3, ge=0)
+    #: A saga waiting for a signal with no timeout is stuck after this long without progress.
+    stuck_signal_wait: Duration = timedelta(days=7)
     #: Most stuck sagas one scan looks at (gauges count at most this many).
     stuck_scan_limit: int = Field(default=1000, ge=1)
 
@@ -88,4 +94,4 @@ class ObservabilitySettings(BaseSettings):
 
     def stuck_policy(self) -> StuckPolicy:
         return StuckPolicy(default=self.stuck_after, thresholds=self.stuck_thresholds,
-                           max_retries=self.stuck_retries)
+                           max_retries=self.stuck_retries, signal_wait=self.stuck_signal_wait)

@@ -1,5 +1,10 @@
 """Stuck sagas: running or compensating without progress for too long, or retrying too often.
 
+A saga that only waits on purpose (a sleep, a wait for a signal) is not stuck for waiting: it
+is stuck when a wait is overdue by more than its threshold (the timer that should have ended
+it did not fire), or when it has waited for a signal with no timeout longer than
+``StuckPolicy.signal_wait``.
+
 :func:`list_stuck` is the store-level query behind ``GET /sagas?stuck=true`` and the worker's
 periodic scan. It reads only in-flight sagas through the partial index ``sagas_in_flight``
 (migration 0003), so its cost grows with the sagas in flight, not with the history of all
@@ -27,12 +32,15 @@ def node_name(key: str) -> str:
 
 # The status list must stay textually implied by the predicate of index sagas_in_flight.
 # The activity columns are written with every snapshot (migration 0004): no JSON is read.
-# $1 saga type or NULL, $2 progress cut-off, $3 max retries, $4 limit, $5 ids or NULL.
+# $1 saga type or NULL, $2 progress cut-off, $3 max retries, $4 limit, $5 ids or NULL,
+# $6 cut-off of a wait for a signal with no timeout.
 _WHERE: Final = """
 FROM sagas s
 WHERE s.status IN ('running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
-  AND (s.last_progress_at < $2 OR ($3 > 0 AND s.busiest_attempt - 1 >= $3))
+  AND CASE WHEN s.waiting THEN (s.wait_due_at IS NOT NULL AND s.wait_due_at < $2)
+                               OR (s.wait_due_at IS NULL AND s.last_progress_at < $6)
+           ELSE s.last_progress_at < $2 OR ($3 > 0 AND s.busiest_attempt - 1 >= $3) END
   AND ($5::uuid[] IS NULL OR s.id = ANY($5::uuid[]))
   -- a prepared child saga waits for its parent by design; the parent is what may be stuck
   AND s.stage <> 'prepared'
@@ -42,7 +50,7 @@ LIMIT $4
 _CANDIDATES: Final = """
 SELECT s.id, s.saga_type, s.saga_version, s.status, s.created_at, s.last_progress_at,
        s.busiest_step AS step, s.busiest_phase AS step_phase, s.busiest_attempt AS attempt,
-       s.active_steps""" + _WHERE
+       s.active_steps, s.waiting, s.wait_due_at""" + _WHERE
 #: Only the ids: exact on its own when one threshold applies to every type and step.
 _IDS: Final = "SELECT s.id" + _WHERE
 
@@ -67,7 +75,7 @@ class StuckSaga:
     #: How long without progress, at the time of the query.
     idle: timedelta
     threshold: timedelta
-    #: ``"no_progress"`` and/or ``"retrying"``.
+    #: ``"no_progress"`` and/or ``"retrying"``, or ``"wait_overdue"`` for a deliberate wait.
     reasons: tuple[str, ...]
 
     @property
@@ -97,7 +105,8 @@ async def list_stuck(
     fetch = limit if not policy.thresholds else max(limit * 4, limit + 100)
     rows = await conn.fetch(_CANDIDATES, saga_type, at - policy.shortest(saga_type),
                             policy.max_retries, fetch,
-                            None if saga_ids is None else list(saga_ids))
+                            None if saga_ids is None else list(saga_ids),
+                            at - policy.signal_wait)
     for row in rows:
         step = row["step"]
         active = tuple(row["active_steps"] or ())
@@ -106,8 +115,14 @@ async def list_stuck(
                         default=policy.threshold(row["saga_type"], None))
         idle = at - row["last_progress_at"]
         reasons: list[str] = []
+        if row["waiting"]:
+            due = row["wait_due_at"]
+            if due is None:
+                threshold = policy.signal_wait
+            else:  # overdue: the timer that ends the wait did not fire
+                idle = at - due
         if idle > threshold:
-            reasons.append("no_progress")
+            reasons.append("no_progress" if not row["waiting"] else "wait_overdue")
         attempt = int(row["attempt"] or 0)
         if policy.max_retries > 0 and attempt - 1 >= policy.max_retries:
             reasons.append("retrying")
@@ -143,6 +158,7 @@ async def stuck_ids(
         return frozenset(s.saga_id for s in found)
     at = now or datetime.now(UTC)
     rows = await conn.fetch(_IDS, None, at - policy.default, policy.max_retries, limit,
-                            None if saga_ids is None else list(saga_ids))
+                            None if saga_ids is None else list(saga_ids),
+                            at - policy.signal_wait)
     return frozenset(r["id"] for r in rows)
 

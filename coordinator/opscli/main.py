@@ -140,7 +140,27 @@ def cmd_start(client: httpx.Client, args: argparse.Namespace) -> Any:
         body["saga_id"] = args.saga_id
     if args.version:
         body["version"] = args.version
+    if args.start_at:
+        body["start_at"] = args.start_at
+    if args.delay is not None:
+        body["delay_seconds"] = args.delay
     return _call(client, "POST", "/sagas", json=body)
+
+
+def cmd_signal(client: httpx.Client, args: argparse.Namespace) -> Any:
+    body: dict[str, Any] = {"payload": args.payload}
+    if args.signal_id:
+        body["signal_id"] = args.signal_id
+    if args.start_type:
+        body.update(type=args.start_type, saga_id=args.saga_id, input=args.start_input,
+                    signal=args.name)
+        return _call(client, "POST", "/signal-with-start", json=body)
+    saga = _saga(client, args.saga_id)
+    return _call(client, "POST", f"/sagas/{saga}/signals/{args.name}", json=body)
+
+
+def cmd_query(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/queries/{args.name}")
 
 
 def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -229,6 +249,14 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
         write_next_page(data, out)
     elif command in ("show", "start", *_VERBS):
         out.write(render_saga(data))
+    elif command == "signal":
+        what = "already applied (same signal id): nothing changed" if data["duplicate"] \
+            else "accepted"
+        started = "; saga started" if data.get("started") else ""
+        out.write(f"signal {data['name']} ({data['signal_id']}) to saga {data['saga_id']}: "
+                  f"{what}{started}\n")
+    elif command == "query":
+        out.write(json.dumps(data["result"], indent=2) + "\n")
     elif command == "history":
         out.write(render_history(data))
     elif command == "diagram":
@@ -342,6 +370,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--saga-id", dest="saga_id",
                    help="your own id: starting twice with it is idempotent")
     p.add_argument("--version", type=int, help="saga type version (default: the latest)")
+    p.add_argument("--start-at", dest="start_at", metavar="TIME",
+                   help="delayed start: ISO 8601 time with its offset (scheduled until then)")
+    p.add_argument("--delay", type=float, metavar="SECONDS",
+                   help="delayed start after this many seconds")
+    p = add("signal", cmd_signal, "send a saga a signal (kept until a wait takes it)")
+    p.add_argument("saga_id", help="saga id, or its first hex digits (the full id with "
+                                   "--start)")
+    p.add_argument("name", help="the signal's name")
+    p.add_argument("--payload", type=_json_arg, default={}, help="the payload (JSON object)")
+    p.add_argument("--signal-id", dest="signal_id",
+                   help="your id for it: sending it again is applied once")
+    p.add_argument("--start", dest="start_type", metavar="TYPE",
+                   help="signal-with-start: start a saga of TYPE with this id if absent")
+    p.add_argument("--input", dest="start_input", type=_json_arg, default={},
+                   help="with --start: the saga's input (JSON object)")
+    p = add("query", cmd_query, "answer a query declared on the saga's class")
+    p.add_argument("saga_id", help="saga id, or its first hex digits")
+    p.add_argument("name", help="the query's name")
     for verb in _VERBS:
         p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
         p.add_argument("saga_id", help="saga id, or its first hex digits")

@@ -20,6 +20,7 @@ from coordinator.engine import Decision, Event, SagaState, TimerRequest
 from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
 from coordinator.store.nodes import UPSERT_NODES, dumps, node_writes, spine_json
+from coordinator.store.signals import mark_consumed
 from outbox_relay import OutboxMessage, enqueue
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
@@ -110,10 +111,13 @@ UPDATE sagas AS s
 SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = u.now,
     last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END,
     stage = u.stage, active_steps = string_to_array(u.active, ' '),
-    busiest_step = u.step, busiest_phase = u.phase, busiest_attempt = u.attempt
+    busiest_step = u.step, busiest_phase = u.phase, busiest_attempt = u.attempt,
+    waiting = u.waiting, wait_due_at = u.wait_due
 FROM unnest($1::uuid[], $2::text[], $3::json[], $4::bigint[], $5::timestamptz[], $6::bool[],
-            $7::text[], $8::text[], $9::text[], $10::text[], $11::int[])
-     AS u(id, status, snapshot, seq, now, progress, stage, active, step, phase, attempt)
+            $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], $31::bool[],
+            $32::timestamptz[])
+     AS u(id, status, snapshot, seq, now, progress, stage, active, step, phase, attempt,
+          waiting, wait_due)
 WHERE s.id = u.id
 """)
 
@@ -135,6 +139,15 @@ def activity(state: SagaState) -> tuple[str, str | None, str | None, int]:
         return "", None, None, 0
     return " ".join(keys), best[1], state.steps[best[1]].phase.value, best[0]
 
+
+def deliberate_wait(state: SagaState) -> tuple[bool, datetime | None]:
+    """Whether the saga only waits on purpose (a sleep, a wait for a signal; no command in
+    flight), and the latest time one of those waits ends (None: one has no timeout)."""
+    waits = state.waiting_nodes()
+    if not waits or state.active_steps():
+        return False, None
+    due = [state.steps[k].due_at for k in waits]
+    return True, (None if any(d is None for d in due) else max(d for d in due if d))
 
 
 _INSERT_DELIVERIES: Final = """
@@ -180,6 +193,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         )
     finals = list(last.values())
     active = [activity(c.decision.state) for c in finals]
+    waits = [deliberate_wait(c.decision.state) for c in finals]
     nodes = node_writes((c.saga.saga_id, c.saga.base, c.decision.state,
                          touched[c.saga.saga_id]) for c in finals)
     deletes, timers = _timer_rows(changes)
@@ -207,9 +221,11 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [saga_id for saga_id, _ in timers],
         [t.due_at for _, t in timers],
         [t.step for _, t in timers],
-        [t.phase.value for _, t in timers],
+        [t.phase.value if t.phase is not None else None for _, t in timers],
         [t.attempt for _, t in timers],
         [t.kind.value for _, t in timers],
+        [w[0] for w in waits],
+        [w[1] for w in waits],
     )
     await nodes.delete(conn)
     messages = [
@@ -224,6 +240,8 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         for cmd in c.decision.commands
     ]
     await enqueue(conn, messages)
+    await mark_consumed(conn, [(c.saga.saga_id, s.signal_id, s.node, c.now) for c in changes
+                               for s in c.decision.consumed_signals])
     finished = [c.saga.saga_id for c in finals if c.decision.state.status.is_terminal]
     if finished:
         # A saga that ended needs no timer; the core cancels its own, this is the backstop.

@@ -8,6 +8,9 @@ Hierarchy::
     ├── InvalidInput            the start input fails the saga's input model (pydantic errors)
     ├── SagaNotFound            no saga with that id
     ├── SagaConflict            a start reused a saga id with another type or input
+    ├── SagaFinished            a signal to a saga that already finished
+    ├── UnknownSignal           the saga's type waits for no signal of that name
+    ├── InvalidSignalPayload    a signal's payload fails its model (pydantic errors)
     └── TransientStoreError     serialization failure, deadlock, lost connection: retry
 """
 
@@ -19,12 +22,15 @@ from uuid import UUID
 
 __all__ = [
     "InvalidInput",
+    "InvalidSignalPayload",
     "SagaConflict",
+    "SagaFinished",
     "SagaNotFound",
     "StoreError",
     "TransientStoreError",
     "UnknownSagaType",
     "UnknownSagaVersion",
+    "UnknownSignal",
 ]
 
 
@@ -88,6 +94,36 @@ class SagaConflict(StoreError):
     def __init__(self, saga_id: UUID, reason: str) -> None:
         self.saga_id = saga_id
         super().__init__(f"saga {saga_id} already exists {reason}")
+
+
+class SagaFinished(StoreError):
+    code = "saga_finished"
+
+    def __init__(self, saga_id: UUID, status: str) -> None:
+        self.saga_id = saga_id
+        self.status = status
+        super().__init__(f"saga {saga_id} is {status}: it takes no more signals")
+
+
+class UnknownSignal(StoreError):
+    code = "unknown_signal"
+
+    def __init__(self, saga_type: str, name: str, known: Iterable[str]) -> None:
+        self.known = sorted(set(known))
+        listed = ", ".join(self.known) or "none"
+        super().__init__(f"saga type {saga_type!r} waits for no signal {name!r} "
+                         f"(its signals: {listed})")
+
+
+class InvalidSignalPayload(StoreError):
+    code = "invalid_signal_payload"
+
+    def __init__(self, name: str, errors: Sequence[Any]) -> None:
+        self.errors = list(errors)
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or 'payload'}: {e.get('msg')}"
+            for e in self.errors)
+        super().__init__(f"invalid payload for signal {name!r}: {details}")
 
 
 class TransientStoreError(StoreError):

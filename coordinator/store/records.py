@@ -19,6 +19,7 @@ __all__ = [
     "PendingEvent",
     "SagaPage",
     "SagaRecord",
+    "SignalResult",
     "StartResult",
     "TimerRecord",
     "VerifyResult",
@@ -122,6 +123,18 @@ class TimerRecord:
     phase: str | None
     attempt: int | None
     kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """A signal accepted for a saga: ``duplicate`` when that id was already applied;
+    ``started`` when signal-with-start created the saga."""
+
+    saga_id: UUID
+    signal_id: str
+    name: str
+    duplicate: bool
+    started: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from coordinator.engine import (
     Event,
     SagaStarted,
     SagaState,
+    SignalReceived,
     TimerFired,
     TimerKind,
     advance,
@@ -55,6 +56,7 @@ from coordinator.store.deferral import UNREGISTERED, deferred_delivery, postpone
 from coordinator.store.errors import (
     InvalidInput,
     SagaConflict,
+    SagaFinished,
     SagaNotFound,
     StoreError,
     TransientStoreError,
@@ -69,10 +71,12 @@ from coordinator.store.records import (
     PendingEvent,
     SagaPage,
     SagaRecord,
+    SignalResult,
     StartResult,
     TimerRecord,
     VerifyResult,
 )
+from coordinator.store.signals import insert_signal, signal_payload, signal_stored
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.pools import create_pool
 from participant_sdk.protocol import Phase
@@ -130,7 +134,7 @@ class _Timer:
     saga_id: UUID
     due_at: datetime
     step: str
-    phase: str
+    phase: str | None
     attempt: int
     kind: str
     #: A delivery's event (JSON text); ``None`` for a real timer.
@@ -141,7 +145,8 @@ class _Timer:
         dead letter if the core refuses it)."""
         if self.event is None:
             return PendingEvent(self.saga_id, TimerFired(
-                timer_id=self.timer_id, step=self.step, phase=Phase(self.phase),
+                timer_id=self.timer_id, step=self.step,
+                phase=Phase(self.phase) if self.phase is not None else None,
                 attempt=self.attempt, kind=TimerKind(self.kind)), actor="timer")
         letter = DeadLetter(source="coordinator:deliveries", reason="",
                             payload=self.event.encode(), key=str(self.saga_id).encode())
@@ -316,82 +321,162 @@ class SagaStore:
         version: int | None = None,
         actor: str = "api",
         trace_context: dict[str, str] | None = None,
+        start_at: datetime | None = None,
     ) -> StartResult:
-        """Start a saga, idempotently by id.
+        """Start a saga, idempotently by id; with a later ``start_at`` it is ``scheduled``
+        until then (its first command goes out at that time).
 
         The same id with the same type and input returns the existing saga
         (``created=False``); the same id with another type or input raises
         :class:`SagaConflict`. ``trace_context`` defaults to the current OpenTelemetry context.
         """
+        definition, event, digest = self._start_event(saga_type, input, saga_id, version,
+                                                      trace_context, start_at)
+
+        async def work(conn: asyncpg.Connection) -> tuple[SagaRecord, bool, datetime | None]:
+            return await self._start_in(conn, definition, event, digest, actor)
+
+        record, created, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        return StartResult(record=record, created=created)
+
+    def _start_event(self, saga_type: str, input: Any, saga_id: UUID | None,
+                     version: int | None, trace_context: dict[str, str] | None,
+                     start_at: datetime | None = None,
+                     ) -> tuple[CompiledSaga, SagaStarted, bytes]:
+        """The definition, start event and input digest of a start (raises on bad input)."""
         definition = self.definition(saga_type, version)
         try:
             model = definition.input_model.model_validate(input)
         except ValidationError as exc:
             raise InvalidInput(saga_type, exc.errors(include_url=False)) from exc
         data = model.model_dump(mode="json")
-        digest = _input_hash(data)
         if trace_context is None:
             trace_context = {}
             propagate.inject(trace_context)
-        sid = saga_id or uuid4()
         event = SagaStarted(
-            saga_id=sid,
+            saga_id=saga_id or uuid4(),
             saga_type=definition.name,
             version=definition.version,
             input=data,
             trace_context=trace_context,
+            start_at=start_at,
         )
+        return definition, event, _input_hash(data)
 
-        async def work(conn: asyncpg.Connection) -> tuple[SagaRecord, bool, datetime | None]:
-            now = self._clock()
-            try:
-                decision = advance(definition, None, event, now)
-            except EngineInvalidInput as exc:
-                raise InvalidInput(saga_type, [{"loc": (), "msg": str(exc)}]) from exc
-            inserted = await conn.fetchval(
-                _INSERT_SAGA, sid, definition.name, definition.version,
-                decision.state.status.value, spine_json(decision.state),
-                dumps(decision.state.input), digest, json.dumps(trace_context), now, None,
-            )
-            if not inserted:
-                row = await conn.fetchrow(
-                    f"SELECT {queries.SAGA_COLUMNS}, input_hash FROM sagas WHERE id = $1",  # noqa: S608
-                    sid,
-                )
-                assert row is not None
-                if row["saga_type"] != definition.name:
-                    raise SagaConflict(sid, f"with type {row['saga_type']!r}")
-                if bytes(row["input_hash"]) != digest:
-                    raise SagaConflict(sid, "with a different input")
-                return (await queries.saga_records(conn, [row]))[0], False, None
-            locked = LockedSaga(
-                saga_id=sid,
-                saga_type=definition.name,
-                version=definition.version,
-                trace_context=trace_context,
-                history_seq=0,
-            )
-            earliest = await self._write(
-                conn, [Change(locked, 1, event, decision, now, actor)]
-            )
-            # The row as written (INSERT, then the snapshot update of history seq 1): no read back.
-            record = SagaRecord(
-                saga_id=sid,
-                saga_type=definition.name,
-                version=definition.version,
-                status=decision.state.status.value,
-                state=decision.state,
-                trace_context=trace_context,
-                history_seq=1,
-                created_at=now,
-                updated_at=now,
-                last_progress_at=now,
-            )
-            return record, True, earliest
+    # -- signals ---------------------------------------------------------------------------
 
-        record, created, earliest = await self._retrying(work)
+    async def signal(self, saga_id: UUID, name: str, payload: Any = None, *,
+                     signal_id: str | None = None, actor: str = "api") -> SignalResult:
+        """Deliver the signal ``name`` to a saga, once per ``signal_id`` (default: a new id).
+
+        One transaction: the saga row locked, the signal row inserted (a duplicate id stops
+        here), the signal applied by the core. Raises :class:`SagaNotFound`,
+        :class:`UnknownSignal`, :class:`InvalidSignalPayload` or :class:`SagaFinished`."""
+        sid = signal_id or str(uuid4())
+
+        async def work(conn: asyncpg.Connection) -> tuple[SignalResult, datetime | None]:
+            return await self._signal_in(conn, saga_id, name, payload, sid, actor)
+
+        result, earliest = await self._retrying(work)
         self._notify_timers(earliest)
-        return StartResult(record=record, created=created)
+        return result  # type: ignore[no-any-return]
+
+    async def signal_with_start(self, saga_type: str, input: Any, saga_id: UUID, name: str,
+                                payload: Any = None, *, signal_id: str | None = None,
+                                version: int | None = None, actor: str = "api"
+                                ) -> SignalResult:
+        """Start the saga if it does not exist (idempotently, as :meth:`start_saga`), then
+        deliver the signal: both in one transaction, so no signal is lost to a race with
+        the start and no saga starts without its signal."""
+        definition, event, digest = self._start_event(saga_type, input, saga_id, version,
+                                                      None)
+        sid = signal_id or str(uuid4())
+
+        async def work(conn: asyncpg.Connection) -> tuple[SignalResult, datetime | None]:
+            _, created, first = await self._start_in(conn, definition, event, digest, actor)
+            result, earliest = await self._signal_in(conn, saga_id, name, payload, sid, actor)
+            due = [d for d in (first, earliest) if d is not None]
+            return replace(result, started=created), min(due) if due else None
+
+        result, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        return result  # type: ignore[no-any-return]
+
+    async def _signal_in(self, conn: asyncpg.Connection, saga_id: UUID, name: str,
+                         payload: Any, signal_id: str, actor: str
+                         ) -> tuple[SignalResult, datetime | None]:
+        row = await conn.fetchrow(LOCK_SAGAS, [saga_id])
+        if row is None:
+            raise SagaNotFound(saga_id)
+        saga = LockedSaga.from_row(row)
+        definition = self._definition_of(saga)
+        data = signal_payload(definition, name, payload)
+        if await signal_stored(conn, saga_id, signal_id):  # a resend: same answer, even late
+            return SignalResult(saga_id, signal_id, name, duplicate=True), None
+        await self._load_bases(conn, [saga])
+        state = _state(saga)
+        if state.status.is_terminal:
+            raise SagaFinished(saga_id, state.status.value)
+        now = self._clock()
+        await insert_signal(conn, saga_id, signal_id, name, data, actor, now)
+        event = SignalReceived(signal_id=signal_id, name=name, payload=data, sender=actor)
+        decision = advance(definition, state, event, now)
+        change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
+        earliest = await self._write(conn, [change])
+        return SignalResult(saga_id, signal_id, name, duplicate=False), earliest
+
+    async def _start_in(self, conn: asyncpg.Connection, definition: CompiledSaga,
+                        event: SagaStarted, digest: bytes, actor: str
+                        ) -> tuple[SagaRecord, bool, datetime | None]:
+        """Insert the saga and its first decision in ``conn``'s transaction (or find the
+        same start already there); (record, created, earliest timer due)."""
+        sid, saga_type, trace_context = event.saga_id, event.saga_type, event.trace_context
+        now = self._clock()
+        try:
+            decision = advance(definition, None, event, now)
+        except EngineInvalidInput as exc:
+            raise InvalidInput(saga_type, [{"loc": (), "msg": str(exc)}]) from exc
+        inserted = await conn.fetchval(
+            _INSERT_SAGA, sid, definition.name, definition.version,
+            decision.state.status.value, spine_json(decision.state),
+            dumps(decision.state.input), digest, json.dumps(trace_context), now, None,
+        )
+        if not inserted:
+            row = await conn.fetchrow(
+                f"SELECT {queries.SAGA_COLUMNS}, input_hash FROM sagas WHERE id = $1",  # noqa: S608
+                sid,
+            )
+            assert row is not None
+            if row["saga_type"] != definition.name:
+                raise SagaConflict(sid, f"with type {row['saga_type']!r}")
+            if bytes(row["input_hash"]) != digest:
+                raise SagaConflict(sid, "with a different input")
+            return (await queries.saga_records(conn, [row]))[0], False, None
+        locked = LockedSaga(
+            saga_id=sid,
+            saga_type=definition.name,
+            version=definition.version,
+            trace_context=trace_context,
+            history_seq=0,
+        )
+        earliest = await self._write(
+            conn, [Change(locked, 1, event, decision, now, actor)]
+        )
+        # The row as written (INSERT, then the snapshot update of history seq 1): no read back.
+        record = SagaRecord(
+            saga_id=sid,
+            saga_type=definition.name,
+            version=definition.version,
+            status=decision.state.status.value,
+            state=decision.state,
+            trace_context=trace_context,
+            history_seq=1,
+            created_at=now,
+            updated_at=now,
+            last_progress_at=now,
+        )
+        return record, True, earliest
 
     # -- apply -----------------------------------------------------------------------------
 

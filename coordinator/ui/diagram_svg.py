@@ -18,7 +18,9 @@ from coordinator.engine.compiled import (
     CompiledGroup,
     CompiledNode,
     CompiledSaga,
+    CompiledSleep,
     CompiledStep,
+    CompiledWait,
     GroupKind,
     StepKind,
 )
@@ -71,9 +73,17 @@ def _title(node: CompiledGroup) -> str:
     return text
 
 
+def _leaf_label(node: CompiledStep | CompiledSleep | CompiledWait) -> str:
+    if isinstance(node, CompiledSleep):
+        return f"{node.name} · sleep"
+    if isinstance(node, CompiledWait):
+        return f"{node.name} · wait for signal {node.signal}"
+    return _label(node)
+
+
 def _size(node: CompiledNode) -> tuple[float, float]:
-    if isinstance(node, CompiledStep):
-        return max(len(_label(node)) * _CHAR_W + 20, 90), _BOX_H
+    if not isinstance(node, CompiledGroup):
+        return max(len(_leaf_label(node)) * _CHAR_W + 20, 90), _BOX_H
     kids = _inner(node)
     sizes = [_size(k) for k in kids]
     title_w = len(_title(node)) * _CHAR_W + 2 * _PAD
@@ -103,8 +113,8 @@ def _stacked(node: CompiledGroup) -> bool:
 def _draw(c: _Canvas, node: CompiledNode, x: float, y: float) -> None:
     """Draw ``node`` with its top-left corner at (x, y)."""
     w, h = _size(node)
-    if isinstance(node, CompiledStep):
-        c.box(node.name, _label(node), x, y, w)
+    if not isinstance(node, CompiledGroup):
+        c.box(node.name, _leaf_label(node), x, y, w)
         return
     if node.name:
         classes = "frame current" if node.name in c.current else "frame"

@@ -23,7 +23,7 @@ __all__ = ["LIVE_STATUSES", "LiveVersion", "UnregisteredVersionsLive", "check_li
 log = logging.getLogger(__name__)
 
 #: Statuses in which a saga still receives replies and fires timers on its own.
-LIVE_STATUSES: Final = ("running", "compensating")
+LIVE_STATUSES: Final = ("scheduled", "running", "compensating")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ from coordinator.relay_wake import start_relay_waker
 from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
+from coordinator.signal_batch import handle_signal_batch
+from coordinator.signal_wire import signal_topic
 from coordinator.store import SagaStore
 from coordinator.worker.compaction import CompactionLoop
 from coordinator.worker.offset_commits import OffsetCommitter
@@ -131,6 +133,7 @@ class Worker:
             await self.compaction.start()
         consumer = AIOKafkaConsumer(
             reply_topic(s.topic_prefix),
+            signal_topic(s.topic_prefix),
             bootstrap_servers=s.kafka_bootstrap,
             group_id=s.group_id,
             client_id=f"sagaflow-{self.name}",
@@ -240,8 +243,16 @@ class Worker:
             if not batch:
                 continue
             records = [r for part in batch.values() for r in part]
+            signals_in = signal_topic(self.settings.topic_prefix)
+            signals = [r for r in records if r.topic == signals_in]
+            records = [r for r in records if r.topic != signals_in]
             try:
                 result = await handle_reply_batch(self.store, records)
+                if signals:
+                    taken = await handle_signal_batch(self.store, signals)
+                    if taken.dead_lettered:
+                        log.warning("%s: %d signal records dead-lettered", self.name,
+                                    taken.dead_lettered)
             except Exception:
                 # Nothing was committed: rewind so the batch is fetched again.
                 log.exception("%s: applying %d replies failed; will retry", self.name,

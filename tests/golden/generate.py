@@ -1,7 +1,7 @@
 """Write the golden files of every stored and wire format: ``python -m tests.golden.generate``.
 
-Run it once per format version (the output goes to ``tests/golden/format-<N>/``) and never
-again for that version: the files are what a release wrote, and
+It writes only documents that have no file yet (the output goes to
+``tests/golden/format-<N>/``): a file, once written, is what a build wrote, and
 ``tests/unit/test_golden_formats.py`` checks the current readers still decode them. Every
 document comes from the code that writes it: the pure core driven by the Simulator (the store
 calls the same ``advance``), and the store's own serialisers for the saga row (spine), the
@@ -18,6 +18,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from coordinator.definition import Saga
 from coordinator.engine import compile_saga
 from coordinator.engine.events import (
     OperatorRepair,
@@ -27,9 +30,11 @@ from coordinator.engine.events import (
 )
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
+from coordinator.flow import SagaStep, Sleep, WaitForSignal
+from coordinator.signal_wire import SignalEnvelope
 from coordinator.store.nodes import node_writes, spine_json
 from examples.checkout_saga import CheckoutSaga
-from examples.order_saga import OrderSaga
+from examples.order_saga import OrderInput, OrderSaga
 from participant_sdk.protocol import (
     ErrorInfo,
     ErrorKind,
@@ -76,17 +81,51 @@ def _checkout_tree() -> Any:
     return sim.current
 
 
+class _Paid(BaseModel):
+    amount_cents: int
+
+
+class _WaitingOrder(Saga):
+    """The long-running node kinds: a delayed start, a sleep, a wait for a signal."""
+
+    name = "golden_waits"
+    version = 1
+    input_model = OrderInput
+    steps = (
+        Sleep("cool_off", timedelta(days=3)),
+        WaitForSignal("payment", "paid", payload=_Paid, timeout=timedelta(days=7)),
+        SagaStep("create_shipment", "shipping", "ship", compensable=True),
+    )
+
+
+def _waits_run() -> tuple[Simulator, dict[str, Any]]:
+    """Scheduled, then sleeping, then waiting for a signal that arrives: a document each."""
+    sim = Simulator(compile_saga(_WaitingOrder), saga_id=uuid.UUID(int=3))
+    out: dict[str, Any] = {}
+    sim.start(ORDER_INPUT, start_at=sim.now + timedelta(hours=1))
+    out["scheduled"] = sim.current
+    out["start_timer"] = sim.next_timer(TimerKind.START)
+    sim.fire_next(TimerKind.START)
+    out["sleeping"] = sim.current
+    out["sleep_timer"] = sim.next_timer(TimerKind.SLEEP)
+    sim.fire_next(TimerKind.SLEEP)
+    out["waiting"] = sim.current
+    out["signal_timer"] = sim.next_timer(TimerKind.SIGNAL_TIMEOUT)
+    sim.signal("paid", {"amount_cents": 1250}, signal_id="pay-1")
+    return sim, out
+
+
 def _node_rows(state: Any) -> list[dict[str, Any]]:
     writes = node_writes([(state.saga_id, None, state, ())])
     return [{"key": k, "ordinal": o, "state": json.loads(s)}
             for _, k, o, s in zip(*writes.upsert_args(), strict=True)]
 
 
-def _timer_row(timer: Any) -> dict[str, Any]:
+def _timer_row(timer: Any, saga_id: uuid.UUID = SAGA_ID) -> dict[str, Any]:
     """A ``timers`` row as the writer inserts it (id, step, phase, attempt, kind)."""
-    return {"id": timer.timer_id, "saga_id": str(SAGA_ID), "step": timer.step,
-            "phase": timer.phase.value, "attempt": timer.attempt, "kind": timer.kind.value,
-            "event": None}
+    return {"id": timer.timer_id, "saga_id": str(saga_id), "step": timer.step,
+            "phase": timer.phase.value if timer.phase is not None else None,
+            "attempt": timer.attempt, "kind": timer.kind.value, "event": None}
 
 
 def documents() -> dict[str, Any]:
@@ -106,6 +145,14 @@ def documents() -> dict[str, Any]:
         for seq, d in enumerate(sim.decisions, start=1)
     ]
     kinds = {e["event"]["type"]: e["event"] for e in docs["stored/history.json"]}
+    waits, waited = _waits_run()
+    for status in ("scheduled", "sleeping", "waiting"):
+        docs[f"stored/snapshot-{status}.json"] = waited[status].to_json()
+    for timer in ("start_timer", "sleep_timer", "signal_timer"):
+        row = _timer_row(waited[timer], waits.saga_id)
+        docs[f"stored/timer-{row['kind']}.json"] = row
+    kinds |= {d.history[0].event.to_json()["type"]: d.history[0].event.to_json()
+              for d in waits.decisions if d.history}
     kinds["operator_repair"] = OperatorRepair(
         verb=RepairVerb.SKIP, actor="alice", reason="paid by hand", step="reserve_funds",
         result={"held": 1250}).to_json()
@@ -131,6 +178,9 @@ def documents() -> dict[str, Any]:
         error=ErrorInfo(kind=ErrorKind.BUSINESS, message="card declined")
     ).model_dump(mode="json")
     docs["wire/doc-command-example.json"] = _doc_command_example()
+    docs["wire/signal.json"] = SignalEnvelope(
+        saga_id=waits.saga_id, name="paid", signal_id="pay-1", payload={"amount_cents": 1250},
+        sender="payments").model_dump(mode="json")
     return docs
 
 
@@ -144,15 +194,18 @@ def _doc_command_example() -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    """Write the documents that have no golden file yet; never rewrite one (what a build
+    wrote stays what the readers must decode, so a new field shows up only in new files)."""
     target = HERE / f"format-{STATE_FORMAT_VERSION}"
-    if target.exists() and "--force" not in argv:
-        print(f"{target} exists: golden files are frozen once written", file=sys.stderr)
-        return 1
+    written = 0
     for name, doc in documents().items():
         path = target / name
+        if path.exists():
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {target}")
+        written += 1
+    print(f"{target}: {written} new golden files")
     return 0
 
 

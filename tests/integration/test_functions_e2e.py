@@ -113,3 +113,59 @@ async def test_a_database_outage_asks_the_trigger_to_redeliver_the_whole_batch(
         {"itemIdentifier": {"partition": "r-0", "offset": 5}},
         {"itemIdentifier": {"partition": "r-1", "offset": 9}},
     ]}
+
+
+async def test_signals_arrive_through_a_lambda_kafka_event(
+    fresh_db: str, topic_prefix: str
+) -> None:
+    """Another service's outbox signals a waiting saga; the signals topic triggers a function.
+    A resend is applied once, a poison record is kept as a dead letter, the batch succeeds."""
+
+    from coordinator.functions import CoordinatorFunctions
+    from coordinator.registry import SagaRegistry
+    from coordinator.settings import CoordinatorSettings
+    from coordinator.signal_wire import SignalEnvelope, encode_signal, signal_topic
+    from participant_sdk.functions import FunctionLoop
+    from tests.integration.functions_support import lambda_event
+    from tests.integration.test_signals_kafka import AwaitApproval
+    from tests.integration.test_store_support import migrated
+
+    @dataclass
+    class Rec:
+        topic: str
+        partition: int
+        offset: int
+        key: bytes | None
+        value: bytes | None
+        headers: list[tuple[str, bytes]]
+        timestamp: int = 0
+
+    await migrated(fresh_db)
+    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitApproval])
+    fns = CoordinatorFunctions(CoordinatorSettings(dsn=fresh_db, topic_prefix=topic_prefix),
+                               registry)
+    loop = FunctionLoop()  # the function's own loop, as a warm instance keeps it
+    store = await SagaStore.open(fresh_db, registry, max_size=2)
+    try:
+        saga_id = (await store.start_saga("await_approval", {})).record.saga_id
+        good = encode_signal(SignalEnvelope(saga_id=saga_id, name="approved", signal_id="a-1",
+                                            payload={"approver": "ada"}, sender="hr"))
+        topic = signal_topic(topic_prefix)
+        key = str(saga_id).encode()
+        records = [Rec(topic, 0, 1, key, b"not json", []), Rec(topic, 0, 2, key, good, []),
+                   Rec(topic, 0, 3, key, good, [])]
+        response = await asyncio.to_thread(fns.lambda_signals(loop),
+                                           lambda_event(records, msk=False), None)
+        assert response == {"batchItemFailures": []}
+        record = await store.get_saga(saga_id)
+        assert record is not None and record.status == "completed"
+        assert record.state.steps["approval"].result == {"approver": "ada"}
+        history = await store.get_history(saga_id)
+        assert [h.actor for h in history if h.event.type == "signal_received"] == ["kafka:hr"]
+        async with store.pool.acquire() as conn:
+            kept = await conn.fetch("SELECT reason FROM sagaflow_dead_letters "
+                                    "WHERE source = 'coordinator:signals'")
+        assert [r["reason"].split(":")[0] for r in kept] == ["undecodable SignalEnvelope"]
+    finally:
+        await store.close()
+        await asyncio.to_thread(loop.close, fns.close())

@@ -29,7 +29,7 @@ async def test_topics_are_created_once_with_the_partitions_asked_for(
         kafka_bootstrap: str) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}"
     wanted = [f"{prefix}.inventory.commands", f"{prefix}.payments.commands",
-              f"{prefix}.replies", f"{prefix}.shipping.commands"]
+              f"{prefix}.replies", f"{prefix}.shipping.commands", f"{prefix}.signals"]
     listed = _topics(kafka_bootstrap, prefix, "--dry-run")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == wanted

@@ -121,3 +121,58 @@ def test_the_command_fails_ci_on_a_breaking_change_only() -> None:
     missing = _compat(f"{here}:ShopV1", "nowhere.at_all:Shop")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().startswith("sagaflow-coordinator compat: error: cannot import")
+
+
+class Paid(BaseModel):
+    amount_cents: int
+
+
+class PaidWithCurrency(Paid):
+    currency: str
+
+
+class Status(BaseModel):
+    stage: str
+    eta: str
+
+
+class StatusLoose(BaseModel):
+    stage: str
+    eta: str | None = None
+    carrier: str = ""
+
+
+def _status(_: object) -> Status:
+    return Status(stage="x", eta="y")
+
+
+def _status_loose(_: object) -> StatusLoose:
+    return StatusLoose(stage="x")
+
+
+def _waiting(version: int, payload: type[BaseModel], query: object,
+             signal: str = "paid") -> type[Saga]:
+    from coordinator.flow import Parallel, WaitForSignal
+
+    return type(f"Wait{version}", (Saga,), {
+        "name": "wait", "version": version, "input_model": OrderV1,
+        "steps": (Parallel("both", (TccStep("pay", "payments", "charge"),
+                                    WaitForSignal("w", signal, payload=payload))),),
+        "queries": {"status": query}})
+
+
+def test_signals_are_compared_as_sent_and_queries_as_read() -> None:
+    from coordinator.compat import compare_sagas
+
+    same = compare_sagas(_waiting(1, Paid, _status), _waiting(2, Paid, _status))
+    assert not any(c.breaking for c in same)
+    changed = {c.path: c for c in compare_sagas(_waiting(1, Paid, _status),
+                                                _waiting(2, PaidWithCurrency, _status_loose))}
+    # The sender of ``paid`` must now send a currency: breaking, found inside a parallel group.
+    assert changed["signal.paid.currency"].breaking
+    # A reader of ``status`` may now get no eta: breaking; a new result field is not.
+    assert changed["query.status.eta"].breaking
+    assert not changed["query.status.carrier"].breaking
+    gone = {c.path: c for c in compare_sagas(_waiting(1, Paid, _status),
+                                             _waiting(2, Paid, _status, signal="settled"))}
+    assert gone["signal.paid"].breaking and not gone["signal.settled"].breaking

@@ -10,6 +10,7 @@ from coordinator.engine import (
     OperatorRepair,
     RepairVerb,
     SagaStarted,
+    SignalReceived,
     Status,
     TimerFired,
     TimerKind,
@@ -21,7 +22,7 @@ ENGINE = {
     "CompiledSaga", "CompiledStep", "Decision", "EngineError", "ErrorRecord", "Event",
     "HistoryEntry", "InvalidInput", "InvalidTransition", "OperatorRepair", "OutgoingCommand",
     "ParentRequest", "Outstanding", "RepairVerb", "ReplyReceived", "SagaStarted", "SagaState",
-    "Stage",
+    "SignalReceived", "Stage",
     "Status", "StepKind", "StepPhase", "StepState", "TimerFired", "TimerKind", "TimerRequest",
     "advance", "compile_saga", "event_from_json", "message_id", "replay", "timer_id",
 }
@@ -58,6 +59,8 @@ def test_events_round_trip_through_json() -> None:
                    kind=TimerKind.RETRY),
         OperatorRepair(verb=RepairVerb.SKIP, actor="bob", reason="why", step="s",
                        result={"r": 1}),
+        TimerFired(timer_id="t2", step="nap", attempt=1, kind=TimerKind.SLEEP),
+        SignalReceived(signal_id="s-1", name="paid", payload={"amount": 1}, sender="api:x"),
     ]
     for event in events:
         assert event_from_json(event.to_json()) == event

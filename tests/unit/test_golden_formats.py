@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from coordinator.engine import SagaState, event_from_json
 from coordinator.engine.events import Event
 from coordinator.engine.state import StepState
+from coordinator.signal_wire import decode_signal
 from coordinator.store.nodes import assemble, dumps, spine_json
 from coordinator.store.store import _Timer
 from participant_sdk.protocol import decode_command, decode_reply
@@ -73,6 +74,10 @@ def _reply(doc: Any) -> Any:
     return decode_reply(json.dumps(doc).encode()).model_dump(mode="json")
 
 
+def _signal(doc: Any) -> Any:
+    return decode_signal(json.dumps(doc).encode()).model_dump(mode="json")
+
+
 def _reader(name: str) -> Callable[[Any], Any]:
     if name.startswith("stored/snapshot-"):
         return _snapshot
@@ -81,6 +86,7 @@ def _reader(name: str) -> Callable[[Any], Any]:
     readers: dict[str, Callable[[Any], Any]] = {
         "stored/history.json": _history, "stored/nodes-running.json": _nodes,
         "wire/command.json": _command, "wire/doc-command-example.json": _command,
+        "wire/signal.json": _signal,
     }
     if name in readers:
         return readers[name]
@@ -140,7 +146,9 @@ def test_there_are_golden_files_of_every_format() -> None:
     assert {f"stored/event-{k}.json" for k in kinds} <= names, "an event kind has no golden file"
     assert {"stored/snapshot-running.json", "stored/spine-running.json",
             "stored/nodes-running.json", "stored/history.json", "stored/timer-delivery.json",
-            "wire/command.json", "wire/reply-ok.json"} <= names
+            "wire/command.json", "wire/reply-ok.json", "wire/signal.json",
+            "stored/snapshot-scheduled.json", "stored/snapshot-sleeping.json",
+            "stored/snapshot-waiting.json"} <= names
 
 
 @pytest.mark.parametrize(("name", "path"), _files(), ids=[n for n, _ in _files()])

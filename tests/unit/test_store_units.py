@@ -20,7 +20,8 @@ def test_public_surface_is_pinned() -> None:
         "ApplyOutcome", "ApplyResult", "HistoryRecord", "InvalidInput", "PendingEvent",
         "SagaConflict", "SagaNotFound", "SagaPage", "SagaRecord", "SagaStore", "StartResult",
         "StoreError", "TimerRecord", "TransientStoreError", "UnknownSagaType",
-        "UnknownSagaVersion", "VerifyResult",
+        "UnknownSagaVersion", "VerifyResult", "InvalidSignalPayload", "SagaFinished",
+        "SignalResult", "UnknownSignal",
     }
     assert set(worker_pkg.__all__) == {
         "SagaImportError", "Worker", "WorkerStateError", "build_registry", "import_saga",

@@ -27,7 +27,16 @@ from coordinator.engine import (
 from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind
 from coordinator.engine.machine import SAGA_EDGES, node_edges
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import ChildSaga, Choice, ForEach, Parallel, Race, Sequence
+from coordinator.flow import (
+    ChildSaga,
+    Choice,
+    ForEach,
+    Parallel,
+    Race,
+    Sequence,
+    Sleep,
+    WaitForSignal,
+)
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 
 FAST = RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=10))
@@ -94,7 +103,14 @@ def _leaf(draw: st.DrawFn, names: itertools.count[int], in_race: bool) -> Any:
     guard = draw(st.sampled_from([None, None, None, "flag", "not_flag"]))
     when = None if guard is None else (
         (lambda ctx: ctx.input.flag) if guard == "flag" else (lambda ctx: not ctx.input.flag))
-    kind = draw(st.sampled_from(["tcc", "tcc", "tcc", "saga", "saga", "saga", "child"]))
+    kind = draw(st.sampled_from(["tcc", "tcc", "tcc", "saga", "saga", "saga", "child",
+                                 "sleep", "wait"]))
+    if kind == "wait":  # the random driver sends signals (some early, some twice)
+        return WaitForSignal(name, draw(st.sampled_from(["go", "stop"])),
+                             timeout=timedelta(hours=1),
+                             on_timeout=draw(st.sampled_from(["fail", "continue"])))
+    if kind == "sleep":  # a durable sleep: the random driver fires its timer whenever
+        return Sleep(name, timedelta(days=draw(st.sampled_from([0, 1, 30]))))
     if kind == "child":  # answered like a participant: the Simulator plays the child
         return ChildSaga(name, "child_type", when=when, finish_retry=FAST)
     if kind == "tcc":
@@ -157,7 +173,7 @@ def outstanding(sim: Simulator) -> list[CommandEnvelope]:
 
 REPLIES = [Outcome.OK, Outcome.OK, Outcome.OK, Outcome.REJECTED, Outcome.FAILED]
 ACTIONS = ["reply", "reply", "reply", "reply", "duplicate", "timer", "timer", "drop",
-           "repair"]
+           "repair", "signal"]
 
 
 @dataclass
@@ -184,6 +200,10 @@ def drive_randomly(data: st.DataObject, run: Run, steps: int = 60) -> None:
             world.answer(sim, data.draw(st.sampled_from(sim.sent), label="old"))
         elif action == "timer" and sim.timers:
             sim.fire(sim.timers[data.draw(st.sampled_from(sorted(sim.timers)), label="t")])
+        elif action == "signal" and sim.definition.signals:
+            name = data.draw(st.sampled_from(sorted(sim.definition.signals)), label="signal")
+            sim.signal(name, signal_id=data.draw(st.sampled_from(["s1", "s2", "s3"]),
+                                                 label="signal id"))
         elif action == "drop" and sim.pending:
             del sim.pending[data.draw(st.sampled_from(sorted(sim.pending, key=str)))]
         elif action == "repair":
@@ -205,7 +225,7 @@ def drive_randomly(data: st.DataObject, run: Run, steps: int = 60) -> None:
 
 
 def busy(state: SagaState) -> bool:
-    return any(s.outstanding is not None or s.retry_timer is not None
+    return any(s.outstanding is not None or s.retry_timer is not None or s.timer is not None
                for s in state.steps.values())
 
 
@@ -289,7 +309,8 @@ def check_invariants(run: Run) -> None:
     assert state.status in ENDS
     assert state.status is not Status.CANCELLED or run.cancelled
     for step in state.steps.values():
-        assert step.outstanding is None and step.retry_timer is None
+        assert step.outstanding is None and step.retry_timer is None and step.timer is None
+        assert step.phase is not StepPhase.SLEEPING, f"{step.key} still sleeping at the end"
     for timer in list(sim.timers.values()):  # leftovers are harmless: all stale
         assert sim.fire(timer).ignored is not None
     check_commands(sim)

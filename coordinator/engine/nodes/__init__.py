@@ -1,6 +1,16 @@
 """The node kinds, one module each; :mod:`base` holds what they share."""
 
-from coordinator.engine.nodes import base, choice, foreach, parallel, race, sequence, step
+from coordinator.engine.nodes import (
+    base,
+    choice,
+    foreach,
+    parallel,
+    race,
+    sequence,
+    sleep,
+    step,
+    wait,
+)
 from coordinator.engine.nodes.base import ROOT, Progress, Scope, forward, undo
 
 base.KINDS.update({
@@ -12,6 +22,8 @@ base.KINDS.update({
     "foreach": foreach.KIND,
     "race": race.KIND,
     "choice": choice.KIND,
+    "sleep": sleep.KIND,
+    "signal": wait.KIND,
 })
 
 __all__ = ["ROOT", "Progress", "Scope", "forward", "undo"]

@@ -207,6 +207,15 @@ def leaves(w: Work, node: CompiledNode, key: str, scope: Scope
         yield from leaves(w, child, child_key, child_scope)
 
 
+def waiting_below(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
+    """A node at or below ``key`` waits on a timer of its own (a sleep): giving the branch up
+    must cut it short, or its timer would outlive the branch."""
+    if isinstance(node, CompiledGroup):
+        return any(waiting_below(w, c, k, s) for c, k, s in children(w, node, key, scope))
+    state = w.steps.get(key)
+    return state is not None and state.phase.is_deliberate_wait
+
+
 class Results(Mapping[str, Any]):
     """``ctx.results``: a node's result by name, computed when asked for. Inside a for-each
     item, the item's own nodes answer to their bare names first."""

@@ -57,9 +57,9 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
 
 def _give_up(w: Work, branch: CompiledNode, key: str, scope: Scope) -> None:
     """Hand a failed or losing branch to the background undo, while anything under it still
-    needs undoing (a branch already undone is not handed over again)."""
+    needs undoing or still sleeps (a branch already undone is not handed over again)."""
     if any(step.needs_undo(spec, w.steps.get(k)) for spec, k, _ in
-           base.leaves(w, branch, key, scope)):
+           base.leaves(w, branch, key, scope)) or base.waiting_below(w, branch, key, scope):
         w.undo_later(key)
 
 

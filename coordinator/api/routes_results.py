@@ -1,0 +1,77 @@
+"""The saga's outcome, by long poll: ``GET /sagas/{id}/result?wait=30s`` answers as soon as
+the saga finishes (or goes dead), or when ``wait`` runs out, so a client never loops over
+short sleeps of its own. The server re-reads the row with plain ``SELECT``s, backing off
+from 50 ms to 1 s: the API and the workers are separate processes, and a read takes no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import BaseModel
+
+from coordinator.api.auth import Principal, Role, require
+from coordinator.api.deps import ERRORS, Context, context
+from coordinator.api.errors import BadRequest, NotFound
+from coordinator.engine import Status
+from coordinator.store import SagaRecord
+from participant_sdk.durations import parse_duration
+
+__all__ = ["MAX_WAIT_S", "router"]
+
+router = APIRouter(responses=ERRORS, tags=["sagas"])
+Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
+Ctx = Annotated[Context, Depends(context)]
+
+#: Longest long poll (proxies commonly cut idle requests at 60 s).
+MAX_WAIT_S = 55.0
+
+
+class ResultOut(BaseModel):
+    saga_id: UUID
+    status: Status
+    #: Finished (completed, compensated, cancelled) or dead: the status will not move alone.
+    done: bool
+    #: Results of the nodes that succeeded, by node key.
+    results: dict[str, Any]
+    reason: str | None
+
+
+def _done(record: SagaRecord) -> bool:
+    status = Status(record.status)
+    return status.is_terminal or status is Status.DEAD
+
+
+def _out(record: SagaRecord) -> ResultOut:
+    return ResultOut(saga_id=record.saga_id, status=Status(record.status), done=_done(record),
+                     results=record.state.results(), reason=record.state.reason)
+
+
+@router.get("/sagas/{saga_id}/result", response_model=ResultOut,
+            summary="Wait up to `wait` for the saga to finish, then its outcome")
+async def saga_result(
+    saga_id: Annotated[UUID, Path(description="The saga's id.")], ctx: Ctx, _: Viewer,
+    wait: Annotated[str, Query(max_length=20, description="How long to wait for the end: "
+                               "`30s`, `500ms`, ISO 8601 (at most 55 s; `0`: answer now).")
+                    ] = "0",
+) -> ResultOut:
+    try:
+        seconds = parse_duration(wait).total_seconds()
+    except ValueError as exc:
+        raise BadRequest(f"wait: {exc}", code="invalid_wait") from exc
+    if not 0 <= seconds <= MAX_WAIT_S:
+        raise BadRequest(f"wait must be from 0 to {MAX_WAIT_S:g}s", code="invalid_wait")
+    deadline, pause = time.monotonic() + seconds, 0.05
+    while True:
+        record = await ctx.store.get_saga(saga_id)
+        if record is None:
+            raise NotFound(f"no saga with id {saga_id}", code="saga_not_found")
+        left = deadline - time.monotonic()
+        if _done(record) or left <= 0:
+            return _out(record)
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, 1.0)

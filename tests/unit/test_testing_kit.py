@@ -1,0 +1,110 @@
+"""``coordinator.testing``: a 30-day sleep and a 3-day signal timeout in milliseconds, on the
+same core as production, against the participant's real handlers (in-memory barrier)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+
+import coordinator.testing as kit
+from coordinator.definition import Saga, SagaStep
+from coordinator.flow import Sleep, WaitForSignal
+from coordinator.store import InvalidSignalPayload
+from coordinator.testing import SagaTestEnv
+from participant_sdk import HandlerContext, Participant, on_action, on_compensate
+
+
+class Account(BaseModel):
+    account: str
+
+
+class Converted(BaseModel):
+    plan: str
+
+
+class Progress(BaseModel):
+    status: str
+    plan: str | None
+
+
+class Trial(Saga):
+    name = "trial"
+    input_model = Account
+    steps = (
+        SagaStep("open", "accounts", "open", compensable=True),
+        Sleep("grace", timedelta(days=30)),
+        WaitForSignal("choice", "converted", payload=Converted, timeout=timedelta(days=3)),
+        SagaStep("bill", "accounts", "bill", compensable=True,
+                 payload=lambda ctx: {"account": ctx.input.account}),
+    )
+    queries = {"progress": lambda q: Progress(
+        status=q.status, plan=(q.results.get("choice") or {}).get("plan"))}
+
+
+class Accounts(Participant):
+    name = "accounts"
+
+    @on_action("open")
+    async def open(self, ctx: HandlerContext, body: Account) -> dict[str, str]:
+        await ctx.conn.insert("ledger", {"step": ctx.step, "what": "open"})
+        return {"opened": body.account}
+
+    @on_compensate("open")
+    async def close(self, ctx: HandlerContext, body: Account) -> None:
+        await ctx.conn.insert("ledger", {"step": ctx.step, "what": "close"})
+
+    @on_action("bill")
+    async def bill(self, ctx: HandlerContext, body: Account) -> None:
+        await ctx.conn.insert("ledger", {"step": ctx.step, "what": "bill"})
+
+    @on_compensate("bill")
+    async def refund(self, ctx: HandlerContext, body: Account) -> None:
+        await ctx.conn.insert("ledger", {"step": ctx.step, "what": "refund"})
+
+
+def _ledger(env: SagaTestEnv) -> list[str]:
+    return [r["what"] for r in env.harnesses["accounts"].tables.get("ledger", [])]
+
+
+async def test_thirty_days_of_sleep_and_a_signal_take_milliseconds() -> None:
+    env = SagaTestEnv(Trial, [Accounts()])
+    began = time.monotonic()
+    run = await env.start(Account(account="a-1"))
+    assert run.state.steps["grace"].phase.value == "sleeping"
+    assert await run.skip()  # jump to the wake-up
+    assert run.now == env.now + timedelta(days=30)
+    assert run.query("progress", Progress) == Progress(status="running", plan=None)
+    await run.signal("converted", Converted(plan="pro"))
+    assert run.status == "completed"
+    assert run.query("progress", Progress).plan == "pro"
+    assert _ledger(env) == ["open", "bill"]
+    assert time.monotonic() - began < 1.0
+
+
+async def test_a_three_day_signal_timeout_rolls_back_at_once() -> None:
+    env = SagaTestEnv(Trial, [Accounts()])
+    run = await env.start({"account": "a-2"})
+    assert await run.run_to_end() == "compensated"
+    assert run.now == env.now + timedelta(days=33)
+    assert _ledger(env) == ["open", "close"]
+
+
+async def test_skip_by_a_duration_fires_only_what_is_due() -> None:
+    env = SagaTestEnv(Trial, [Accounts()])
+    run = await env.start({"account": "a-3"})
+    await run.skip(timedelta(days=29))
+    assert run.state.steps["grace"].phase.value == "sleeping"
+    await run.skip(timedelta(days=2))
+    assert run.state.steps["choice"].phase.value == "waiting"
+
+
+async def test_signals_are_validated_as_the_api_does_and_participants_must_be_given() -> None:
+    run = await SagaTestEnv(Trial, [Accounts()]).start({"account": "a-4"})
+    with pytest.raises(InvalidSignalPayload):
+        await run.signal("converted", {"plan": 7})
+    with pytest.raises(ValueError, match="participants not given: accounts"):
+        SagaTestEnv(Trial, [])
+    assert kit.__all__ == ["SagaRun", "SagaTestEnv"]
