@@ -14,7 +14,7 @@ import contextvars
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -185,13 +185,20 @@ class SagaStore:
         max_size: int = 10,
         clock: Clock = utcnow,
         state_cache: int = STATE_CACHE_NODES,
+        statement_cache_size: int = 100,
+        server_settings: Mapping[str, str] | None = None,
     ) -> Self:
+        """Open a pool and a store on it. Behind a transaction pooler (PgBouncer) pass
+        ``statement_cache_size=0`` and ``server_settings`` without
+        ``idle_in_transaction_session_timeout``, a startup parameter PgBouncer refuses (set
+        it on the role instead)."""
         pool = await create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
+            statement_cache_size=statement_cache_size,
             # A forgotten open transaction would pin the xmin horizon and bloat the queues.
-            server_settings={
+            server_settings=dict(server_settings) if server_settings is not None else {
                 "application_name": "sagaflow-coordinator",
                 "idle_in_transaction_session_timeout": "60000",
             },

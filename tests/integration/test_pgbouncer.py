@@ -47,9 +47,8 @@ async def test_a_saga_runs_end_to_end_through_pgbouncer_transaction_mode(
                           statement_cache_size=0)
     # Migrations take a session lock: they run on a direct connection, once per release.
     await stack.setup(admin_dsn=fresh_db)
-    store = SagaStore(await asyncpg.create_pool(pooled, min_size=1, max_size=4,
-                                                statement_cache_size=0),
-                      stack.registry, owns_pool=True)
+    store = await SagaStore.open(pooled, stack.registry, max_size=4, statement_cache_size=0,
+                                 server_settings={"application_name": "sagaflow-test"})
     try:
         ids = [(await store.start_saga("order", order(i))).record.saga_id for i in range(6)]
         broke = (await store.start_saga("order", order(9, "broke"))).record.saga_id
