@@ -18,24 +18,16 @@ from pydantic import BaseModel
 
 from coordinator.definition import RetryPolicy, Saga, SagaStep
 from coordinator.flow import Choice, Sleep, WaitForSignal
-from coordinator.registry import SagaRegistry
-from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.testing import SagaRun, SagaTestEnv
-from coordinator.worker import Worker
-from outbox_relay import Relay, RelaySettings
 from participant_sdk import (
     HandlerContext,
     Participant,
-    ParticipantRunner,
-    ParticipantSettings,
     on_action,
     on_compensate,
 )
-from participant_sdk.protocol import command_topic, reply_topic
 from participant_sdk.testing import MemoryTransaction
-from tests.integration.test_store_support import migrated
-from tests.integration.test_worker_support import create_topics
+from tests.integration.inprocess_stack import inprocess_stack
 
 pytestmark = pytest.mark.integration
 
@@ -164,37 +156,9 @@ async def driver(request: pytest.FixtureRequest, fresh_db: str, pg_url: str,
     if request.param == "kit":
         yield KitDriver()
         return
-    kafka, prefix = kafka_bootstrap, topic_prefix
-    await migrated(fresh_db)
-    side = f"p_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_url)
-    await admin.execute(f'CREATE DATABASE "{side}"')
-    await admin.close()
-    side_dsn = pg_url.rsplit("/", 1)[0] + "/" + side
-    ledger = await asyncpg.connect(side_dsn)
-    await ledger.execute("CREATE TABLE effects (id bigserial PRIMARY KEY, saga_id uuid, "
-                         "step text, kind text)")
-    await create_topics(kafka, {reply_topic(prefix): 1, command_topic("desk", prefix): 1})
-    registry = SagaRegistry(topic_prefix=prefix, sagas=SAGAS)
-    settings = CoordinatorSettings(
-        dsn=fresh_db, kafka_bootstrap=kafka, topic_prefix=prefix,
-        group_id=f"{prefix}-coordinator", timer_max_idle=timedelta(milliseconds=200),
-        pool_max_size=3, shutdown_grace=timedelta(seconds=5))
-    relay = Relay(RelaySettings(postgres_dsn=fresh_db, kafka_bootstrap=kafka,
-                                poll_interval=timedelta(milliseconds=20), shard_count=1))
-    part = ParticipantSettings(dsn=side_dsn, kafka_bootstrap=kafka, topic_prefix=prefix,
-                               lanes=2, retry_initial=timedelta(0),
-                               commit_interval=timedelta(milliseconds=50))
-    store = await SagaStore.open(fresh_db, registry, max_size=2)
-    await relay.start()
-    try:
-        async with ParticipantRunner(Desk(), part), Worker(settings, registry, name="w1"):
-            yield StackDriver(store, ledger)
-    finally:
-        await relay.stop()
-        await store.close()
-        await ledger.close()
-
+    async with inprocess_stack(fresh_db, pg_url, kafka_bootstrap, topic_prefix, sagas=SAGAS,
+                               participants=[Desk()]) as (store, ledger):
+        yield StackDriver(store, ledger)
 
 async def test_a_signal_sent_during_the_sleep_is_kept_and_taken_after_it(driver: Driver
                                                                          ) -> None:

@@ -21,26 +21,19 @@ from pydantic import BaseModel
 
 from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
 from coordinator.flow import ChildSaga, Choice, ForEach, Parallel, Race
-from coordinator.registry import SagaRegistry
-from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
-from outbox_relay import Relay, RelaySettings
 from participant_sdk import (
     BusinessRejection,
     HandlerContext,
     Participant,
-    ParticipantRunner,
-    ParticipantSettings,
     on_action,
     on_cancel,
     on_compensate,
     on_confirm,
     on_try,
 )
-from participant_sdk.protocol import command_topic, reply_topic
-from tests.integration.test_store_support import migrated, verify_all
-from tests.integration.test_worker_support import create_topics
+from tests.integration.inprocess_stack import inprocess_stack
+from tests.integration.test_store_support import verify_all
 
 pytestmark = pytest.mark.integration
 
@@ -185,47 +178,12 @@ class CarrierB(Jobs):
 async def stack(fresh_db: str, pg_url: str, kafka_bootstrap: str, topic_prefix: str
                 ) -> AsyncIterator[tuple[SagaStore, asyncpg.Connection]]:
     """The coordinator's database and, separately, the participants' own."""
-    await migrated(fresh_db)
-    side = f"p_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_url)
-    await admin.execute(f'CREATE DATABASE "{side}"')
-    await admin.close()
-    side_dsn = pg_url.rsplit("/", 1)[0] + "/" + side
-    effects = await asyncpg.connect(side_dsn)
-    await effects.execute("CREATE TABLE effects (id bigserial PRIMARY KEY, saga_id uuid,"
-                          " step text, kind text)")
-    await create_topics(kafka_bootstrap, {reply_topic(topic_prefix): 2,
-                                          command_topic("ledger", topic_prefix): 2,
-                                          command_topic("jobs", topic_prefix): 2,
-                                          command_topic("carrier_a", topic_prefix): 1,
-                                          command_topic("carrier_b", topic_prefix): 1})
-    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[TreeOrder, ChildOrder, ShipChild])
-    settings = CoordinatorSettings(
-        dsn=fresh_db, kafka_bootstrap=kafka_bootstrap, topic_prefix=topic_prefix,
-        group_id=f"{topic_prefix}-coordinator", timer_max_idle=timedelta(milliseconds=200),
-        pool_max_size=3, shutdown_grace=timedelta(seconds=5))
-    relay = Relay(RelaySettings(postgres_dsn=fresh_db, kafka_bootstrap=kafka_bootstrap,
-                                poll_interval=timedelta(milliseconds=20), shard_count=2))
-    part = ParticipantSettings(dsn=side_dsn, kafka_bootstrap=kafka_bootstrap,
-                               topic_prefix=topic_prefix, lanes=4,
-                               retry_initial=timedelta(0),
-                               commit_interval=timedelta(milliseconds=50))
-    worker = Worker(settings, registry, name="w1")
-    store = await SagaStore.open(fresh_db, registry, max_size=2)
-    await relay.start()
-    try:
-        async with ParticipantRunner(Ledger(), part), ParticipantRunner(Jobs(), part), \
-                ParticipantRunner(CarrierA(), part), ParticipantRunner(CarrierB(), part):
-            await worker.start()
-            try:
-                yield store, effects
-            finally:
-                await worker.stop()
-    finally:
-        await relay.stop()
-        await store.close()
-        await effects.close()
-
+    async with inprocess_stack(
+            fresh_db, pg_url, kafka_bootstrap, topic_prefix,
+            sagas=[TreeOrder, ChildOrder, ShipChild],
+            participants=[Ledger(), Jobs(), CarrierA(), CarrierB()], partitions=2,
+            lanes=4) as running:
+        yield running
 
 async def _finished(store: SagaStore, saga_id: uuid.UUID, within: float = 60) -> str:
     deadline = time.monotonic() + within
