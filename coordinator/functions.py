@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -105,15 +105,7 @@ class CoordinatorFunctions:
     async def handle_replies(self, records: Sequence[InboundRecord]) -> list[int]:
         """Apply a batch of reply records; return the indexes to redeliver (all of them when
         the database failed: the batch is one transaction and nothing was committed)."""
-        store = await self.store()
-        try:
-            result = await handle_reply_batch(store, records)
-        except (TransientStoreError, *CONNECTION_ERRORS) as exc:
-            log.warning("reply batch of %d not applied (%r); redeliver", len(records), exc)
-            return list(range(len(records)))
-        log.debug("reply batch: %d applied, %d ignored, %d dead letters", result.applied,
-                  result.ignored, result.dead_lettered)
-        return []
+        return await self._batch("reply", handle_reply_batch, records)
 
     def replies(self) -> RecordBatch:
         """The reply batch as a :data:`~participant_sdk.functions.RecordBatch`."""
@@ -123,14 +115,18 @@ class CoordinatorFunctions:
         """Deliver a batch of signal records (what the worker's signal loop does); return the
         indexes to redeliver: all of them when the database failed, which is safe because
         each signal id is applied once per saga."""
+        return await self._batch("signal", handle_signal_batch, records)
+
+    async def _batch(self, what: str,
+                     handle: Callable[[SagaStore, Sequence[InboundRecord]], Awaitable[Any]],
+                     records: Sequence[InboundRecord]) -> list[int]:
         store = await self.store()
         try:
-            result = await handle_signal_batch(store, records)
+            result = await handle(store, records)
         except (TransientStoreError, *CONNECTION_ERRORS) as exc:
-            log.warning("signal batch of %d not applied (%r); redeliver", len(records), exc)
+            log.warning("%s batch of %d not applied (%r); redeliver", what, len(records), exc)
             return list(range(len(records)))
-        log.debug("signal batch: %d applied, %d duplicates, %d dead letters", result.applied,
-                  result.duplicates, result.dead_lettered)
+        log.debug("%s batch: %s", what, result)
         return []
 
     def signals(self) -> RecordBatch:

@@ -42,6 +42,7 @@ from outbox_relay.schema import NOTIFY_CHANNEL, install, installed_shard_count
 from outbox_relay.settings import RelaySettings
 from outbox_relay.shards import ShardOwnership
 from participant_sdk.protocol import HEADER_MESSAGE_ID
+from participant_sdk.startup import started
 
 log = logging.getLogger(__name__)
 
@@ -505,14 +506,7 @@ class Relay:
         if old is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(old.stop(), self.settings.shutdown_timeout.total_seconds())
-        producer = self._producer_factory(self.settings)
-        try:
-            await producer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._producer = producer
+        self._producer = await started(self._producer_factory(self.settings))
         self._producer_broken = False
         log.warning("relay %s: Kafka producer replaced after a producer state error", self.name)
 

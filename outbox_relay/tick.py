@@ -43,6 +43,7 @@ from outbox_relay.relay import (
 )
 from outbox_relay.schema import SHARD_LOCK_NAMESPACE, install, installed_shard_count
 from outbox_relay.settings import RelaySettings
+from participant_sdk.startup import started
 
 __all__ = ["RelayTick", "TickReport", "relay_tick"]
 
@@ -205,14 +206,7 @@ class RelayTick:
                         await install(conn, shard_count=self.settings.shard_count)
                     self._shard_count = await installed_shard_count(conn)
             if self._producer is None:
-                producer = self._producer_factory(self.settings)
-                try:
-                    await producer.start()
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await producer.stop()
-                    raise
-                self._producer = producer
+                self._producer = await started(self._producer_factory(self.settings))
             return self._pool, self._producer, self._shard_count
 
     async def _drop_producer(self) -> None:

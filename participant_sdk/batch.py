@@ -31,6 +31,7 @@ from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.pools import create_pool
 from participant_sdk.records import KafkaRecord
 from participant_sdk.settings import ParticipantSettings
+from participant_sdk.startup import started
 
 __all__ = ["CommandBatchHandler", "CommandBatchResult"]
 
@@ -166,13 +167,7 @@ class CommandBatchHandler:
                     client_id=f"sagaflow-participant-{self.participant.name}",
                     **s.kafka_security.client_kwargs(),
                 )
-                try:
-                    await producer.start()
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await producer.stop()
-                    raise
-                self._producer = producer
+                self._producer = await started(producer)
             if self._processor is None:
                 self._processor = CommandProcessor(
                     self.participant.name,

@@ -7,11 +7,12 @@ instead of exiting with a traceback and leaving every saga waiting.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import asyncpg
 from aiokafka.errors import KafkaConnectionError
@@ -25,7 +26,7 @@ from tenacity import (
 
 from participant_sdk.errors import is_transient
 
-__all__ = ["STARTUP_TIMEOUT", "is_unavailable", "open_with_retry"]
+__all__ = ["STARTUP_TIMEOUT", "is_unavailable", "open_with_retry", "started"]
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +64,23 @@ async def open_with_retry(
                 log.info("%s is available", what)
             return result
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Startable(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Startable)
+
+
+async def started(client: S) -> S:
+    """``client`` (a Kafka producer or consumer) started, or stopped again if starting failed:
+    aiokafka leaves its background tasks and sockets behind otherwise."""
+    try:
+        await client.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await client.stop()
+        raise
+    return client

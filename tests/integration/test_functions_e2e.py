@@ -93,16 +93,6 @@ async def test_a_database_outage_asks_the_trigger_to_redeliver_the_whole_batch(
     from coordinator.worker.loading import build_registry
     from tests.integration.functions_support import lambda_event
 
-    @dataclass
-    class Rec:
-        topic: str
-        partition: int
-        offset: int
-        key: bytes | None
-        value: bytes | None
-        headers: list[tuple[str, bytes]]
-        timestamp: int = 0
-
     down = fresh_db.rsplit("@", 1)[0] + "@127.0.0.1:9/postgres"  # nothing listens on port 9
     fns = CoordinatorFunctions(CoordinatorSettings(dsn=down, topic_prefix=topic_prefix),
                                build_registry([OrderSaga], topic_prefix=topic_prefix))
@@ -129,16 +119,6 @@ async def test_signals_arrive_through_a_lambda_kafka_event(
     from tests.integration.functions_support import lambda_event
     from tests.integration.test_signals_kafka import AwaitApproval
     from tests.integration.test_store_support import migrated
-
-    @dataclass
-    class Rec:
-        topic: str
-        partition: int
-        offset: int
-        key: bytes | None
-        value: bytes | None
-        headers: list[tuple[str, bytes]]
-        timestamp: int = 0
 
     await migrated(fresh_db)
     registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitApproval])
