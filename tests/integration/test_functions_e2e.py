@@ -16,6 +16,19 @@ from tests.integration.functions_support import FunctionStack
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
+@dataclass
+class Rec:
+    """A consumer record, as the test's trigger builds Lambda events from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int = 0
+
+
 def order(i: int, customer: str = "alice") -> dict[str, object]:
     return {"order_id": f"o{i}", "customer_id": customer, "amount_cents": 500, "sku": "sku-1",
             "quantity": 1, "address": "1 Main St"}
