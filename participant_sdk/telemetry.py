@@ -36,6 +36,8 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.util.types import Attributes
 
+from participant_sdk.tracing import enabled  # re-exported: configure() and enabled() go together
+
 __all__ = ["UnparentedClientSpanSampler", "configure", "enabled", "sagaflow_sampler"]
 
 log = logging.getLogger(__name__)
@@ -44,11 +46,6 @@ _lock = threading.Lock()
 _provider: TracerProvider | None = None
 
 _TRUE = {"1", "true", "yes", "on"}
-
-
-def enabled() -> bool:
-    """True when :func:`configure` (or anyone) installed a real tracer provider."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 class UnparentedClientSpanSampler(Sampler):

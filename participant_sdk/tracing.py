@@ -19,11 +19,17 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from participant_sdk.logging_config import saga_context
 from participant_sdk.protocol import CommandEnvelope, Outcome, ReplyEnvelope
-from participant_sdk.telemetry import enabled
 
-__all__ = ["carrier", "consumer_span", "inject_headers", "record_reply"]
+__all__ = ["carrier", "consumer_span", "enabled", "inject_headers", "record_reply"]
 
 _TRACER_NAME = "participant_sdk"
+
+
+def enabled() -> bool:
+    """True when :func:`participant_sdk.telemetry.configure` (or anyone) installed a real
+    tracer provider. Here, not in ``telemetry``, so that the hot paths asking it import only
+    the OpenTelemetry API, not the SDK."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def carrier(headers: Any) -> dict[str, str]:

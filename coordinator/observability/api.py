@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coordinator.observability.metrics import CoordinatorMetrics
 from coordinator.observability.settings import ObservabilitySettings, StuckPolicy
-from participant_sdk.telemetry import enabled
+from participant_sdk.tracing import enabled
 
 if TYPE_CHECKING:
     from coordinator.store import SagaStore

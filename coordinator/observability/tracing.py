@@ -26,8 +26,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from participant_sdk.protocol import HEADER_TRACEPARENT, ReplyEnvelope
-from participant_sdk.telemetry import enabled
-from participant_sdk.tracing import carrier
+from participant_sdk.tracing import carrier, enabled
 
 if TYPE_CHECKING:
     from coordinator.store.records import ApplyResult, StartResult
