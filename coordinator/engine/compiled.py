@@ -57,6 +57,8 @@ class GroupKind(StrEnum):
     FOREACH = "foreach"
     RACE = "race"
     CHOICE = "choice"
+    #: A version guard: the first ``new_count`` children are the new path, the rest the old.
+    PATCHED = "patched"
 
 
 class WaitKind(StrEnum):
@@ -193,7 +195,15 @@ class CompiledGroup:
     quorum: int = 1
     #: choice: one guard per child; ``None`` marks the ``otherwise`` branch.
     guards: tuple[Guard | None, ...] = ()
+    #: patched: the change id, and how many children form the new path.
+    change: str = ""
+    new_count: int = 0
     description: str = ""
+
+    def path(self, choice: str) -> tuple[CompiledNode, ...]:
+        """A guard's children on the path ``"new"`` or ``"old"``."""
+        cut = self.new_count
+        return self.children[:cut] if choice == "new" else self.children[cut:]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind.value,
@@ -204,6 +214,10 @@ class CompiledGroup:
             out["quorum"] = self.quorum
         if self.kind is GroupKind.CHOICE:
             out["otherwise"] = bool(self.guards) and self.guards[-1] is None
+        if self.kind is GroupKind.PATCHED:
+            out["change"] = self.change
+            out["new"] = [c.name for c in self.path("new")]
+            out["old"] = [c.name for c in self.path("old")]
         out["children"] = [c.to_json() for c in self.children]
         return out
 
@@ -356,6 +370,13 @@ def _compile_node(spec: Any) -> CompiledNode:
         return CompiledGroup(name=spec.name, kind=GroupKind.FOREACH, children=(body,),
                              items=spec.items, max_concurrency=spec.max_concurrency,
                              max_items=spec.max_items, description=spec.description)
+    if isinstance(spec, flow.Patched):
+        new = tuple(_compile_node(n) for n in flow.branch_nodes(spec.new))
+        old = () if spec.old is None else tuple(
+            _compile_node(n) for n in flow.branch_nodes(spec.old))
+        return CompiledGroup(name=spec.node_name, kind=GroupKind.PATCHED, children=new + old,
+                             change=spec.change, new_count=len(new),
+                             description=spec.description)
     assert isinstance(spec, flow.Choice)
     pairs: list[tuple[Guard | None, Any]] = list(spec.branches)
     if spec.otherwise is not None:
@@ -374,8 +395,8 @@ def _group(name: str, kind: GroupKind, nodes: Any, description: str) -> Compiled
 def _branch(name: str, branch: Any) -> CompiledNode:
     """A branch of one node is that node; a tuple of nodes becomes a sequence ``name``."""
     nodes = flow.branch_nodes(branch)
-    if len(nodes) == 1:
-        return _compile_node(nodes[0])
+    if len(nodes) == 1 and not isinstance(nodes[0], flow.Patched):
+        return _compile_node(nodes[0])  # a guard has no state: its branch needs a sequence
     return _group(name, GroupKind.SEQUENCE, nodes, "")
 
 

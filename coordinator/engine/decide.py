@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -28,14 +28,15 @@ from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
 from coordinator.engine.signals import on_signal
 from coordinator.engine.starting import schedule_start
-from coordinator.engine.state import SagaState, Status, StepState, trusted
+from coordinator.engine.state import PatchChoice, SagaState, Status, StepState, trusted
 from coordinator.engine.work import Work, message_id, timer_id
 
-__all__ = ["advance", "message_id", "replay", "timer_id"]
+__all__ = ["advance", "message_id", "recorded_patches", "replay", "timer_id"]
 
 
 def advance(
-    definition: CompiledSaga, state: SagaState | None, event: Event, now: datetime
+    definition: CompiledSaga, state: SagaState | None, event: Event, now: datetime, *,
+    known_patches: Mapping[str, PatchChoice] | None = None,
 ) -> Decision:
     """Apply one event to a saga. Pure: same arguments, same decision.
 
@@ -48,7 +49,7 @@ def advance(
         if state is not None:
             return _ignored(state, event, now, f"saga {state.saga_id} already started")
         later = event.start_at is not None and event.start_at > now
-        work = Work(definition, _initial(definition, event, now, later), now)
+        work = Work(definition, _initial(definition, event, now, later), now, known_patches)
         if event.start_at is not None and later:
             schedule_start(work, event.start_at)
         else:
@@ -61,7 +62,7 @@ def advance(
         raise InvalidTransition(
             f"saga {state.saga_id} is {state.saga_type} v{state.version}, but the definition "
             f"given is {definition.name} v{definition.version}")
-    work = Work(definition, state, now)
+    work = Work(definition, state, now, known_patches)
     ignored: str | None = None
     if isinstance(event, ReplyReceived):
         ignored = on_reply(work, event) if not state.status.is_terminal else "saga finished"
@@ -75,17 +76,32 @@ def advance(
         on_repair(work, event)
     if ignored is not None:
         return _ignored(state, event, now, ignored)
-    return _decision(work, event)
+    return _decision(work, event, state)
 
 
-def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]]) -> SagaState:
-    """Rebuild a saga's state by folding :func:`advance` over its stored history."""
+def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]], *,
+           known_patches: Mapping[str, PatchChoice] | None = None) -> SagaState:
+    """Rebuild a saga's state by folding :func:`advance` over its stored history.
+
+    ``known_patches``: the version-guard decisions recorded in the saga's snapshot. A saga
+    that reached a guard only after it was deployed decided by what it had run then; replay
+    from the start must take that same path, not re-apply the rule at an earlier event."""
+    events = list(history)
+    known = {**recorded_patches(e for e, _ in events), **(known_patches or {})}
     state: SagaState | None = None
-    for event, at in history:
-        state = advance(definition, state, event, at).state
+    for event, at in events:
+        state = advance(definition, state, event, at, known_patches=known).state
     if state is None:
         raise InvalidTransition("empty history: nothing to replay")
     return state
+
+
+def recorded_patches(events: Iterable[Event]) -> dict[str, PatchChoice]:
+    """The version-guard decisions recorded on a history's events."""
+    out: dict[str, PatchChoice] = {}
+    for event in events:
+        out.update(event.patches)
+    return out
 
 
 def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime,
@@ -122,6 +138,12 @@ def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
 
     def visit(node: CompiledNode, parent: str) -> None:
+        if isinstance(node, CompiledGroup) and node.kind is GroupKind.PATCHED:
+            # A guard has no state; its new path is entered when taken. Its old path's
+            # nodes exist from the start as they did before the guard was written.
+            for child in node.path("old"):
+                visit(child, parent)
+            return
         if node.name:
             out.append((node.name, parent))
         if isinstance(node, CompiledGroup) and node.kind is not GroupKind.FOREACH:
@@ -132,8 +154,12 @@ def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
     return out
 
 
-def _decision(work: Work, event: Event) -> Decision:
+def _decision(work: Work, event: Event, before: SagaState | None = None) -> Decision:
     answer_parent(work)
+    decided = {k: v for k, v in work.state.patches.items()
+               if before is None or k not in before.patches}
+    if decided:  # recorded on the history's event: replay follows it
+        event = event.model_copy(update={"patches": {**event.patches, **decided}})
     work.update(updated_at=work.now, events_applied=work.state.events_applied + 1)
     note = "; ".join(work.notes) or "applied"
     # Built without validation: every value here has its field's type by construction.

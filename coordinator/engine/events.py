@@ -67,9 +67,15 @@ class _EventBase(BaseModel):
 
     #: :data:`EVENT_FORMAT_VERSION` of the writer (events written before it existed: 1).
     format_version: int = Field(default=EVENT_FORMAT_VERSION, ge=1, le=EVENT_FORMAT_VERSION)
+    #: Version guards first decided when this event was applied (change id -> ``"old"`` /
+    #: ``"new"``): set by the engine on the recorded event, so replay takes the same paths.
+    patches: dict[str, Literal["old", "new"]] = Field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if not out["patches"]:
+            del out["patches"]  # the usual case: rows stay as they were
+        return out
 
 
 class SagaStarted(_EventBase):

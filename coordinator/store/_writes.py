@@ -77,6 +77,15 @@ class Change:
     trace_context: Mapping[str, str] | None = None
 
 
+def recorded_event(change: Change) -> Event:
+    """The event as its history row keeps it: with the version-guard decisions its decision
+    took (``Event.patches``), which replay follows."""
+    decided = {k: v for h in change.decision.history for k, v in h.event.patches.items()}
+    if not decided:
+        return change.event
+    return change.event.model_copy(update={"patches": {**change.event.patches, **decided}})
+
+
 LOCK_SAGAS: Final = """
 SELECT id, saga_type, saga_version, trace_context, history_seq
 FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
@@ -211,7 +220,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         *nodes.upsert_args(),
         [c.saga.saga_id for c in changes],
         [c.seq for c in changes],
-        [dumps(c.event.to_json()) for c in changes],
+        [dumps(recorded_event(c).to_json()) for c in changes],
         [c.now for c in changes],
         [c.actor for c in changes],
         [dumps([h.note for h in c.decision.history]) for c in changes],
