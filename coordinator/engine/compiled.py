@@ -7,7 +7,7 @@ comes from the node modules in ``coordinator.engine.nodes``, the same code that 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -31,6 +31,7 @@ from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX, Phase, command_topic,
 
 __all__ = [
     "CompiledGroup",
+    "CompiledMigration",
     "CompiledNode",
     "CompiledSaga",
     "CompiledSleep",
@@ -233,6 +234,17 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class CompiledMigration:
+    """A declared migration with its source version compiled (replay runs the history before
+    the ``Migrated`` event on it)."""
+
+    source: CompiledSaga
+    renames: Mapping[str, str]
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None
+    name: str
+
+
+@dataclass(frozen=True)
 class CompiledSaga:
     """What the engine runs. ``topic_prefix`` decides every command and reply topic."""
 
@@ -246,6 +258,17 @@ class CompiledSaga:
     saga_class: type[Saga] | None = None
     states: tuple[str, ...] = field(default=())
     transitions: tuple[Transition, ...] = field(default=())
+    #: Older versions running sagas can move from: version -> migration.
+    migrations: Mapping[int, CompiledMigration] = field(default_factory=dict)
+
+    def for_version(self, version: int) -> CompiledSaga:
+        """This definition, or the one of an older version it migrates from (replay)."""
+        if version == self.version:
+            return self
+        for migration in self.migrations.values():
+            if migration.source.version == version or version in migration.source.migrations:
+                return migration.source.for_version(version)
+        raise KeyError(f"{self.name} v{self.version} declares no migration from v{version}")
 
     @property
     def reply_topic(self) -> str:
@@ -321,6 +344,13 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         saga_class=cls,
         states=states,
         transitions=transitions,
+        migrations={
+            version: CompiledMigration(
+                source=compile_saga(m.source, topic_prefix=topic_prefix,
+                                    strict_participants=strict_participants),
+                renames=dict(m.renames), transform=m.transform,
+                name=m.name or f"v{version}->v{cls.version}")
+            for version, m in cls.migrate_from.items()},
     )
 
 

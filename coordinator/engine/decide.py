@@ -17,12 +17,14 @@ from coordinator.engine.decision import (
 from coordinator.engine.driver import drive
 from coordinator.engine.events import (
     Event,
+    Migrated,
     ParentRequest,
     ReplyReceived,
     SagaStarted,
     SignalReceived,
     TimerFired,
 )
+from coordinator.engine.migrate import plan_migration
 from coordinator.engine.nested import answer_parent, on_parent_request
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
@@ -58,6 +60,8 @@ def advance(
         return _decision(work, event)
     if state is None:
         raise InvalidTransition(f"no saga to apply {event.type} to: it was never started")
+    if isinstance(event, Migrated):
+        return _migrated(definition, state, event, now)
     if (state.saga_type, state.version) != (definition.name, definition.version):
         raise InvalidTransition(
             f"saga {state.saga_id} is {state.saga_type} v{state.version}, but the definition "
@@ -90,10 +94,46 @@ def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]], 
     known = {**recorded_patches(e for e, _ in events), **(known_patches or {})}
     state: SagaState | None = None
     for event, at in events:
-        state = advance(definition, state, event, at, known_patches=known).state
+        state = advance(_definition_at(definition, state, event), state, event, at,
+                        known_patches=known).state
     if state is None:
         raise InvalidTransition("empty history: nothing to replay")
     return state
+
+
+def _definition_at(definition: CompiledSaga, state: SagaState | None, event: Event
+                   ) -> CompiledSaga:
+    """The version the saga runs on at ``event``: a history that crossed a migration runs on
+    the older version's definition until its ``Migrated`` event."""
+    if isinstance(event, Migrated):
+        version = event.to_version
+    elif state is None:
+        version = event.version if isinstance(event, SagaStarted) else definition.version
+    else:
+        version = state.version
+    try:
+        return definition.for_version(version)
+    except KeyError as exc:
+        raise InvalidTransition(str(exc.args[0])) from exc
+
+
+def _migrated(definition: CompiledSaga, state: SagaState, event: Migrated, now: datetime
+              ) -> Decision:
+    """Apply a migration the dry run allows; refused (nothing stored) otherwise."""
+    if (state.version, definition.version) != (event.from_version, event.to_version):
+        raise InvalidTransition(
+            f"saga {state.saga_id} is v{state.version}; the migration is v{event.from_version}"
+            f" -> v{event.to_version} and the definition given is v{definition.version}")
+    plan = plan_migration(definition, state)
+    if plan.state is None:
+        raise InvalidTransition(f"saga {state.saga_id} cannot move to v{definition.version}: "
+                                + "; ".join(plan.problems))
+    work = Work(definition, plan.state, now)
+    for key in plan.state.steps:
+        work.touched[key] = None  # every node row is rewritten (renamed keys too)
+    work.note(f"migrated v{event.from_version} -> v{event.to_version} by "
+              f"{plan.migration} ({event.actor})")
+    return _decision(work, event, state)
 
 
 def recorded_patches(events: Iterable[Event]) -> dict[str, PatchChoice]:

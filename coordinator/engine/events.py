@@ -18,6 +18,7 @@ from participant_sdk.protocol import Phase, ReplyEnvelope
 __all__ = [
     "EVENT_FORMAT_VERSION",
     "Event",
+    "Migrated",
     "OperatorRepair",
     "ParentRequest",
     "RepairVerb",
@@ -154,8 +155,21 @@ class SignalReceived(_EventBase):
     sender: str = ""
 
 
+class Migrated(_EventBase):
+    """An operator moved the saga from version ``from_version`` to ``to_version`` by the
+    latter's declared migration; replay takes up the new version's definition here."""
+
+    type: Literal["migrated"] = "migrated"
+    from_version: int = Field(ge=1)
+    to_version: int = Field(ge=1)
+    migration: str
+    actor: str
+    reason: str = ""
+
+
 Event = Annotated[
-    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived,
+    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived
+    | Migrated,
     Field(discriminator="type"),
 ]
 

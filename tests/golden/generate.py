@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from coordinator.definition import Saga
 from coordinator.engine import compile_saga
 from coordinator.engine.events import (
+    Migrated,
     OperatorRepair,
     ParentRequest,
     RepairVerb,
@@ -177,6 +178,9 @@ def documents() -> dict[str, Any]:
         "stored/snapshot-patched.json": guarded.current.to_json(),
         # The history event that recorded the guards' decisions.
         "stored/event-patched.json": guarded.history[-1].event.to_json(),
+        "stored/event-migrated.json": Migrated(from_version=1, to_version=2,
+                                               migration="v1->v2", actor="alice",
+                                               reason="ship renamed").to_json(),
     }
     docs["stored/history.json"] = [
         {"seq": seq, "event": d.history[0].event.to_json(), "actor": "worker",
