@@ -33,7 +33,7 @@ from coordinator.engine.starting import schedule_start
 from coordinator.engine.state import PatchChoice, SagaState, Status, StepState, trusted
 from coordinator.engine.work import Work, message_id, timer_id
 
-__all__ = ["advance", "message_id", "recorded_patches", "replay", "timer_id"]
+__all__ = ["advance", "message_id", "recorded_patches", "replay", "replay_from", "timer_id"]
 
 
 def advance(
@@ -90,14 +90,22 @@ def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]], 
     ``known_patches``: the version-guard decisions recorded in the saga's snapshot. A saga
     that reached a guard only after it was deployed decided by what it had run then; replay
     from the start must take that same path, not re-apply the rule at an earlier event."""
+    state = replay_from(definition, None, history, known_patches=known_patches)
+    if state is None:
+        raise InvalidTransition("empty history: nothing to replay")
+    return state
+
+
+def replay_from(definition: CompiledSaga, state: SagaState | None,
+                history: Iterable[tuple[Event, datetime]], *,
+                known_patches: Mapping[str, PatchChoice] | None = None) -> SagaState | None:
+    """Fold ``history`` over ``state`` (a checkpoint, or ``None``), switching to a newer
+    version's definition at a ``Migrated`` event and following recorded guard decisions."""
     events = list(history)
     known = {**recorded_patches(e for e, _ in events), **(known_patches or {})}
-    state: SagaState | None = None
     for event, at in events:
         state = advance(_definition_at(definition, state, event), state, event, at,
                         known_patches=known).state
-    if state is None:
-        raise InvalidTransition("empty history: nothing to replay")
     return state
 
 
@@ -129,8 +137,8 @@ def _migrated(definition: CompiledSaga, state: SagaState, event: Migrated, now: 
         raise InvalidTransition(f"saga {state.saga_id} cannot move to v{definition.version}: "
                                 + "; ".join(plan.problems))
     work = Work(definition, plan.state, now)
-    for key in plan.state.steps:
-        work.touched[key] = None  # every node row is rewritten (renamed keys too)
+    for key in (*state.steps, *plan.state.steps):
+        work.touched[key] = None  # every node is rewritten; a renamed key's old one is gone
     work.note(f"migrated v{event.from_version} -> v{event.to_version} by "
               f"{plan.migration} ({event.actor})")
     return _decision(work, event, state)

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
+from uuid import UUID, uuid4
 
 import httpx
 import pytest
 
-from coordinator.api import ApiSettings, TokenAuth, create_app
+from coordinator.api import ApiSettings, RepairJobRunner, TokenAuth, create_app
 from coordinator.definition import Migration, Saga, SagaStep
 from coordinator.engine import ReplyReceived
 from coordinator.registry import SagaRegistry
 from coordinator.store import SagaStore
-from participant_sdk.protocol import Outcome
-from tests.integration.test_api_support import TOKENS, VIEWER, Api
+from participant_sdk.protocol import CommandEnvelope, Outcome
+from tests.integration.test_api_support import TOKENS, VIEWER, Api, pump
 from tests.integration.test_store_support import (
     FAST,
     ManualClock,
@@ -62,15 +63,24 @@ async def api(fresh_db: str, topic_prefix: str) -> AsyncIterator[Api]:
             yield Api(client, store, clock)
 
 
-async def test_dry_run_reports_per_saga_whether_it_can_move(api: Api) -> None:
-    store = api.store
+async def _two_v1_sagas(store: SagaStore) -> tuple[UUID, UUID, list[CommandEnvelope]]:
+    """One paying (its command not answered yet), one shipping; the pending commands."""
     waiting = (await store.start_saga("mig_order", {"order_id": "a", "amount": 1},
                                       version=1)).record.saga_id
     shipping = (await store.start_saga("mig_order", {"order_id": "b", "amount": 2},
                                        version=1)).record.saga_id
+    held = []
     for command in await outbox_commands(store):
         if command.saga_id == shipping:
             await store.apply(shipping, ReplyReceived(reply=reply_to(command, Outcome.OK)))
+        else:
+            held.append(command)
+    return waiting, shipping, held
+
+
+async def test_dry_run_reports_per_saga_whether_it_can_move(api: Api) -> None:
+    store = api.store
+    waiting, shipping, _ = await _two_v1_sagas(store)
     seq_before = {s: (await store.get_saga(s)).history_seq  # type: ignore[union-attr]
                   for s in (waiting, shipping)}
     body = {"saga_type": "mig_order", "from_version": 1, "to_version": 2}
@@ -96,3 +106,39 @@ async def test_dry_run_reports_per_saga_whether_it_can_move(api: Api) -> None:
     unknown = await api.post("/migrations/dry-run", {**body, "to_version": 9})
     assert unknown.status_code == 422
     assert unknown.json()["error"]["code"] == "unknown_saga_version"
+
+
+async def test_the_migration_job_moves_who_can_and_they_finish_on_v2(api: Api) -> None:
+    store = api.store
+    waiting, shipping, held = await _two_v1_sagas(store)
+    body = {"saga_type": "mig_order", "from_version": 1, "to_version": 2,
+            "reason": "ship renamed"}
+    r = await api.post("/migrations", body)
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job_id"]
+    assert r.headers["location"] == f"/migrations/{job_id}" and r.json()["total"] == 2
+    assert await RepairJobRunner(store).run_once()
+    job = (await api.get(f"/migrations/{job_id}")).json()
+    assert (job["status"], job["counts"]) == ("done", {"applied": 1, "refused": 1})
+    refused = next(i for i in job["items"] if i["outcome"] == "refused")
+    assert refused["saga_id"] == str(shipping) and "outstanding" in refused["message"]
+    moved = await store.get_saga(waiting)
+    assert moved is not None and moved.version == 2
+    history = (await api.get(f"/sagas/{waiting}/history")).json()["entries"]
+    assert [(e["event"]["type"], e["actor"]) for e in history][-1] == (
+        "migrated", "operator:olga")
+    # The held pay reply lands on v2; both sagas finish, each on its own version.
+    for command in held:
+        await store.apply(command.saga_id, ReplyReceived(reply=reply_to(command, Outcome.OK)))
+    for _ in range(4):
+        await pump(store, api.clock, script=lambda command: Outcome.OK)
+    done = {s: await store.get_saga(s) for s in (waiting, shipping)}
+    assert all(d is not None and d.status == "completed" for d in done.values())
+    assert list(done[waiting].state.steps) == ["pay", "dispatch"]  # type: ignore[union-attr]
+    assert (done[shipping].version, list(done[shipping].state.steps)) == (  # type: ignore[union-attr]
+        1, ["pay", "ship"])
+    for saga_id in (waiting, shipping):  # replay across the Migrated event
+        result = await store.verify(saga_id)
+        assert result.ok, result.differences
+    # An unknown job, or a repair job's id, is a 404 here.
+    assert (await api.get(f"/migrations/{uuid4()}")).status_code == 404

@@ -9,6 +9,7 @@ import pytest
 
 from coordinator.definition import DefinitionError, Migration, Saga
 from coordinator.engine import InvalidTransition, Status, compile_saga
+from coordinator.engine.decide import replay, replay_from
 from coordinator.engine.events import Migrated
 from coordinator.engine.migrate import plan_migration, rename_key
 from tests.unit.test_engine_tree import act, sent
@@ -54,8 +55,12 @@ def test_a_saga_between_changed_nodes_moves_and_finishes_on_v2() -> None:
     drain(run)
     assert run.sim.current.status is Status.COMPLETED
     assert [s for s, p in sent(run.sim)] == ["pay", "dispatch", "end", "notify"]
-    # Replay across the Migrated event: v1's definition before it, v2's after.
+    # Replay across the Migrated event: v1's definition before it, v2's after; from a
+    # checkpoint taken on v1 too.
     assert run.sim.replayed().to_json() == run.sim.current.to_json()
+    first, *rest = [(h.event, h.at) for h in run.sim.history]
+    checkpoint = replay(compile_saga(V1), [first])
+    assert replay_from(compile_saga(V2), checkpoint, rest) == run.sim.current
 
 
 def test_a_saga_with_a_command_out_on_a_renamed_node_cannot_move() -> None:
