@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
@@ -45,6 +45,7 @@ __all__ = [
     "DefinitionError",
     "Guard",
     "Mapper",
+    "Migration",
     "PolicyLike",
     "RetryPolicy",
     "Saga",
@@ -152,6 +153,21 @@ class SagaStep(_StepBase):
 StepSpec = TccStep | SagaStep
 
 
+@dataclass(frozen=True)
+class Migration:
+    """How a running saga of version ``source.version`` moves to the class declaring it (in
+    ``migrate_from``): node ``renames`` (old name -> new name), then ``transform``, a pure
+    function of the renamed state's JSON returning the new JSON (default: unchanged). A saga
+    moves only if every node it has maps to a node of the new version and no node that was
+    renamed or changed has a command or timer outstanding (see ``coordinator.engine.migrate``)."""
+
+    source: type[Saga]
+    renames: Mapping[str, str] = field(default_factory=dict)
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: A label for the history and the audit (default: ``"v<N>->v<M>"``).
+    name: str = ""
+
+
 class Saga:
     """Base class of saga definitions. Subclasses are validated when they are created."""
 
@@ -164,6 +180,8 @@ class Saga:
     #: Read-only queries by name: functions of a ``coordinator.saga_queries.QueryContext``
     #: returning a pydantic model (served at ``GET /sagas/{id}/queries/{name}``).
     queries: ClassVar[Mapping[str, Callable[[Any], BaseModel]]] = {}
+    #: Running sagas of older versions this version can take over: version -> how.
+    migrate_from: ClassVar[Mapping[int, Migration]] = {}
     #: Abstract intermediate bases set this to skip validation.
     abstract: ClassVar[bool] = False
 
@@ -209,6 +227,7 @@ def validate_saga_class(
             problems.append(f"{where}: query name must be identifier-like, got {qname!r}")
         if not callable(fn):
             problems.append(f"{where}: query {qname!r} must be callable, got {fn!r}")
+    problems.extend(_migration_problems(where, cls))
     from coordinator.flow import node_problems  # flow's nodes hold this module's steps
 
     problems.extend(node_problems(
@@ -216,6 +235,30 @@ def validate_saga_class(
         lambda at, step, seen: _step_problems(at, step, seen, strict_participants)))
     if problems:
         raise DefinitionError("invalid saga definition:\n  " + "\n  ".join(problems))
+
+
+def _migration_problems(where: str, cls: type[Saga]) -> list[str]:
+    table = getattr(cls, "migrate_from", {})
+    if not isinstance(table, Mapping):
+        return [f"{where}: `migrate_from` must be a mapping of version -> Migration"]
+    out: list[str] = []
+    for version, migration in table.items():
+        at = f"{where}.migrate_from[{version!r}]"
+        if not isinstance(migration, Migration):
+            out.append(f"{at}: must be a Migration, got {migration!r}")
+            continue
+        src = migration.source
+        if not (isinstance(src, type) and issubclass(src, Saga)):
+            out.append(f"{at}: source must be a Saga class, got {src!r}")
+            continue
+        if getattr(src, "name", None) != getattr(cls, "name", None) or src.version != version:
+            out.append(f"{at}: source is {getattr(src, 'name', '?')} v{src.version}, not "
+                       f"{getattr(cls, 'name', '?')} v{version}")
+        if isinstance(cls.version, int) and version >= cls.version:
+            out.append(f"{at}: can only migrate from an older version than {cls.version}")
+        if migration.transform is not None and not callable(migration.transform):
+            out.append(f"{at}: transform must be callable, got {migration.transform!r}")
+    return out
 
 
 def _step_problems(

@@ -48,6 +48,7 @@ __all__ = [
     "ForEach",
     "Node",
     "Parallel",
+    "Patched",
     "Race",
     "Sequence",
     "Sleep",
@@ -137,6 +138,31 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Patched:
+    """A version guard: the branch ``new`` replaces ``old`` (``None``: ``new`` was added) by
+    the change ``change``, inside one saga version.
+
+    Decided once per saga, the first time the walk reaches it: a saga that already ran a node
+    of ``old``, or a node after the guard, keeps the old path; any other takes ``new``. The
+    choice is kept in the snapshot (``patches``) and the history note, so replay follows it.
+    Several guards may share one change id: they then all take the same path. The guard has no
+    state of its own: its branch's nodes sit where the guard sits, under the same keys they
+    had before the guard was written."""
+
+    change: str
+    new: Any
+    old: Any = None
+    _: KW_ONLY
+    #: The guard's node name (default: the change id); unique like every node name.
+    name: str = ""
+    description: str = ""
+
+    @property
+    def node_name(self) -> str:
+        return self.name or self.change
+
+
+@dataclass(frozen=True)
 class ChildSaga:
     """Run another registered saga type as one node, with its own row, history and trace;
     the parent waits for it.
@@ -204,11 +230,11 @@ class WaitForSignal:
     description: str = ""
 
 
-Node = (TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | ChildSaga | Sleep
-        | SleepUntil | WaitForSignal)
+Node = (TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | Patched | ChildSaga
+        | Sleep | SleepUntil | WaitForSignal)
 #: A branch: one node, or a tuple of nodes run in order.
 Branch = Node | tuple[Node, ...]
-_COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice)
+_COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice, Patched)
 
 
 def branch_nodes(branch: Any) -> tuple[Any, ...]:
@@ -246,9 +272,10 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
         if not isinstance(node, _COMPOSITES):
             out.append(f"{where}: node {index} is {node!r}, not a step or a composite node")
             continue
-        at = f"{where}.{node.name}"
-        out.extend(_name_problems(at, node.name, seen))
-        seen.add(node.name)
+        name = node.node_name if isinstance(node, Patched) else node.name
+        at = f"{where}.{name}"
+        out.extend(_name_problems(at, name, seen))
+        seen.add(name)
         if depth >= MAX_DEPTH:
             out.append(f"{at}: composites nest deeper than {MAX_DEPTH} levels")
             continue
@@ -340,6 +367,8 @@ def child_branches(node: Any) -> list[Any]:
 
 
 def _branches(node: Any) -> list[tuple[str, Any]]:
+    if isinstance(node, Patched):
+        return [("new", node.new)] + ([("old", node.old)] if node.old is not None else [])
     if isinstance(node, Sequence):
         return [("steps", node.steps)]
     if isinstance(node, ForEach):
@@ -385,6 +414,12 @@ def _own_problems(at: str, node: Any) -> list[str]:
             if not (isinstance(pair, list | tuple) and len(pair) == 2 and callable(pair[0])):
                 out.append(f"{at}: branches[{i}] must be a (guard, branch) pair with a "
                            "callable guard")
+    elif isinstance(node, Patched):
+        from coordinator.definition import NAME_PATTERN
+
+        if not isinstance(node.change, str) or not NAME_PATTERN.match(node.change):
+            out.append(f"{at}: change must be an identifier-like change id, "
+                       f"got {node.change!r}")
     elif isinstance(node, Sequence) and not isinstance(node.steps, list | tuple):
         out.append(f"{at}: steps must be a tuple of nodes")
     return out

@@ -18,6 +18,7 @@ from coordinator.api.routes_asyncapi import router as asyncapi_router
 from coordinator.api.routes_dead_letters import router as dead_letters_router
 from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
+from coordinator.api.routes_migrations import router as migrations_router
 from coordinator.api.routes_results import router as results_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
@@ -113,6 +114,7 @@ def create_app(
     app.include_router(results_router)
     app.include_router(schedules_router)
     app.include_router(jobs_router)
+    app.include_router(migrations_router)
     app.include_router(verify_router)
     app.include_router(dead_letters_router)
     app.include_router(asyncapi_router)

@@ -19,12 +19,13 @@ import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Collection
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Self
 from uuid import UUID
 
 import asyncpg
 
+from coordinator.api.migrations import MIGRATE_VERB, apply_migration
 from coordinator.api.models import BulkRepairRequest, RepairItemOut, RepairJobOut, SagaFilter
 from coordinator.api.queries import matching_ids
 from coordinator.api.repairs import RepairOptions, apply_repair
@@ -115,9 +116,9 @@ async def read_job(
 async def get_job(
     conn: asyncpg.Connection, job_id: UUID, *, item_limit: int = 1000, after_position: int = 0
 ) -> RepairJobOut | None:
-    """A repair job (None for a verify job: those have their own route)."""
+    """A repair job (None for a verify or migrate job: those have their own routes)."""
     found = await read_job(conn, job_id, item_limit=item_limit, after_position=after_position)
-    if found is None or found[0]["verb"] == VERIFY_VERB:
+    if found is None or found[0]["verb"] in (VERIFY_VERB, MIGRATE_VERB):
         return None
     job, counts, items = found
     return RepairJobOut(
@@ -236,8 +237,12 @@ class RepairJobRunner:
         """What the job does to each of its sagas."""
         if job["verb"] == VERIFY_VERB:
             return lambda saga_id: verify_one(self.store, saga_id)
-        verb = RepairVerb(job["verb"])
         opts: dict[str, Any] = json.loads(job["options"])
+        if job["verb"] == MIGRATE_VERB:
+            marked = job["reason"] + job_marker(job["id"])
+            return lambda saga_id: self._migrate(saga_id, opts["to_version"], job["actor"],
+                                                 marked)
+        verb = RepairVerb(job["verb"])
         options = RepairOptions(step=opts.get("step"), payload=opts.get("payload"),
                                 result=opts.get("result"), status=opts.get("status"))
         reason = job["reason"] + job_marker(job["id"])
@@ -296,10 +301,25 @@ class RepairJobRunner:
                 outcome, message = "failed", f"{type(exc).__name__}: {exc}"
         return outcome, status, message
 
-    async def _already_applied(self, saga_id: UUID, reason: str) -> bool:
+    async def _migrate(self, saga_id: UUID, to_version: int, actor: str, reason: str
+                       ) -> ItemResult:
+        if await self._already_applied(saga_id, reason, event_type="migrated"):
+            record = await self.store.get_saga(saga_id)
+            return ("applied", None if record is None else record.status,
+                    "applied before the job was resumed")
+        try:
+            return await apply_migration(self.store, saga_id, to_version, principal=actor,
+                                         reason=reason, now=datetime.now(UTC))
+        except TransientStoreError:
+            raise
+        except (StoreError, ValueError, LookupError) as exc:
+            return "failed", None, f"{type(exc).__name__}: {exc}"
+
+    async def _already_applied(self, saga_id: UUID, reason: str,
+                               event_type: str = "operator_repair") -> bool:
         async with self.store.pool.acquire() as conn:
             found = await conn.fetchval(
                 "SELECT true FROM saga_history WHERE saga_id = $1 "
-                "AND event->>'type' = 'operator_repair' AND event->>'reason' = $2 LIMIT 1",
-                saga_id, reason)
+                "AND event->>'type' = $3 AND event->>'reason' = $2 LIMIT 1",
+                saga_id, reason, event_type)
         return bool(found)

@@ -7,7 +7,7 @@ comes from the node modules in ``coordinator.engine.nodes``, the same code that 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -31,6 +31,7 @@ from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX, Phase, command_topic,
 
 __all__ = [
     "CompiledGroup",
+    "CompiledMigration",
     "CompiledNode",
     "CompiledSaga",
     "CompiledSleep",
@@ -57,6 +58,8 @@ class GroupKind(StrEnum):
     FOREACH = "foreach"
     RACE = "race"
     CHOICE = "choice"
+    #: A version guard: the first ``new_count`` children are the new path, the rest the old.
+    PATCHED = "patched"
 
 
 class WaitKind(StrEnum):
@@ -193,7 +196,15 @@ class CompiledGroup:
     quorum: int = 1
     #: choice: one guard per child; ``None`` marks the ``otherwise`` branch.
     guards: tuple[Guard | None, ...] = ()
+    #: patched: the change id, and how many children form the new path.
+    change: str = ""
+    new_count: int = 0
     description: str = ""
+
+    def path(self, choice: str) -> tuple[CompiledNode, ...]:
+        """A guard's children on the path ``"new"`` or ``"old"``."""
+        cut = self.new_count
+        return self.children[:cut] if choice == "new" else self.children[cut:]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind.value,
@@ -204,6 +215,10 @@ class CompiledGroup:
             out["quorum"] = self.quorum
         if self.kind is GroupKind.CHOICE:
             out["otherwise"] = bool(self.guards) and self.guards[-1] is None
+        if self.kind is GroupKind.PATCHED:
+            out["change"] = self.change
+            out["new"] = [c.name for c in self.path("new")]
+            out["old"] = [c.name for c in self.path("old")]
         out["children"] = [c.to_json() for c in self.children]
         return out
 
@@ -216,6 +231,17 @@ class Transition:
     source: str
     target: str
     label: str
+
+
+@dataclass(frozen=True)
+class CompiledMigration:
+    """A declared migration with its source version compiled (replay runs the history before
+    the ``Migrated`` event on it)."""
+
+    source: CompiledSaga
+    renames: Mapping[str, str]
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None
+    name: str
 
 
 @dataclass(frozen=True)
@@ -232,6 +258,17 @@ class CompiledSaga:
     saga_class: type[Saga] | None = None
     states: tuple[str, ...] = field(default=())
     transitions: tuple[Transition, ...] = field(default=())
+    #: Older versions running sagas can move from: version -> migration.
+    migrations: Mapping[int, CompiledMigration] = field(default_factory=dict)
+
+    def for_version(self, version: int) -> CompiledSaga:
+        """This definition, or the one of an older version it migrates from (replay)."""
+        if version == self.version:
+            return self
+        for migration in self.migrations.values():
+            if migration.source.version == version or version in migration.source.migrations:
+                return migration.source.for_version(version)
+        raise KeyError(f"{self.name} v{self.version} declares no migration from v{version}")
 
     @property
     def reply_topic(self) -> str:
@@ -307,6 +344,13 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         saga_class=cls,
         states=states,
         transitions=transitions,
+        migrations={
+            version: CompiledMigration(
+                source=compile_saga(m.source, topic_prefix=topic_prefix,
+                                    strict_participants=strict_participants),
+                renames=dict(m.renames), transform=m.transform,
+                name=m.name or f"v{version}->v{cls.version}")
+            for version, m in cls.migrate_from.items()},
     )
 
 
@@ -356,6 +400,13 @@ def _compile_node(spec: Any) -> CompiledNode:
         return CompiledGroup(name=spec.name, kind=GroupKind.FOREACH, children=(body,),
                              items=spec.items, max_concurrency=spec.max_concurrency,
                              max_items=spec.max_items, description=spec.description)
+    if isinstance(spec, flow.Patched):
+        new = tuple(_compile_node(n) for n in flow.branch_nodes(spec.new))
+        old = () if spec.old is None else tuple(
+            _compile_node(n) for n in flow.branch_nodes(spec.old))
+        return CompiledGroup(name=spec.node_name, kind=GroupKind.PATCHED, children=new + old,
+                             change=spec.change, new_count=len(new),
+                             description=spec.description)
     assert isinstance(spec, flow.Choice)
     pairs: list[tuple[Guard | None, Any]] = list(spec.branches)
     if spec.otherwise is not None:
@@ -374,8 +425,8 @@ def _group(name: str, kind: GroupKind, nodes: Any, description: str) -> Compiled
 def _branch(name: str, branch: Any) -> CompiledNode:
     """A branch of one node is that node; a tuple of nodes becomes a sequence ``name``."""
     nodes = flow.branch_nodes(branch)
-    if len(nodes) == 1:
-        return _compile_node(nodes[0])
+    if len(nodes) == 1 and not isinstance(nodes[0], flow.Patched):
+        return _compile_node(nodes[0])  # a guard has no state: its branch needs a sequence
     return _group(name, GroupKind.SEQUENCE, nodes, "")
 
 

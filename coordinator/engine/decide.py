@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -17,25 +17,28 @@ from coordinator.engine.decision import (
 from coordinator.engine.driver import drive
 from coordinator.engine.events import (
     Event,
+    Migrated,
     ParentRequest,
     ReplyReceived,
     SagaStarted,
     SignalReceived,
     TimerFired,
 )
+from coordinator.engine.migrate import plan_migration
 from coordinator.engine.nested import answer_parent, on_parent_request
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
 from coordinator.engine.signals import on_signal
 from coordinator.engine.starting import schedule_start
-from coordinator.engine.state import SagaState, Status, StepState, trusted
+from coordinator.engine.state import PatchChoice, SagaState, Status, StepState, trusted
 from coordinator.engine.work import Work, message_id, timer_id
 
-__all__ = ["advance", "message_id", "replay", "timer_id"]
+__all__ = ["advance", "message_id", "recorded_patches", "replay", "replay_from", "timer_id"]
 
 
 def advance(
-    definition: CompiledSaga, state: SagaState | None, event: Event, now: datetime
+    definition: CompiledSaga, state: SagaState | None, event: Event, now: datetime, *,
+    known_patches: Mapping[str, PatchChoice] | None = None,
 ) -> Decision:
     """Apply one event to a saga. Pure: same arguments, same decision.
 
@@ -48,7 +51,7 @@ def advance(
         if state is not None:
             return _ignored(state, event, now, f"saga {state.saga_id} already started")
         later = event.start_at is not None and event.start_at > now
-        work = Work(definition, _initial(definition, event, now, later), now)
+        work = Work(definition, _initial(definition, event, now, later), now, known_patches)
         if event.start_at is not None and later:
             schedule_start(work, event.start_at)
         else:
@@ -57,11 +60,13 @@ def advance(
         return _decision(work, event)
     if state is None:
         raise InvalidTransition(f"no saga to apply {event.type} to: it was never started")
+    if isinstance(event, Migrated):
+        return _migrated(definition, state, event, now)
     if (state.saga_type, state.version) != (definition.name, definition.version):
         raise InvalidTransition(
             f"saga {state.saga_id} is {state.saga_type} v{state.version}, but the definition "
             f"given is {definition.name} v{definition.version}")
-    work = Work(definition, state, now)
+    work = Work(definition, state, now, known_patches)
     ignored: str | None = None
     if isinstance(event, ReplyReceived):
         ignored = on_reply(work, event) if not state.status.is_terminal else "saga finished"
@@ -75,17 +80,76 @@ def advance(
         on_repair(work, event)
     if ignored is not None:
         return _ignored(state, event, now, ignored)
-    return _decision(work, event)
+    return _decision(work, event, state)
 
 
-def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]]) -> SagaState:
-    """Rebuild a saga's state by folding :func:`advance` over its stored history."""
-    state: SagaState | None = None
-    for event, at in history:
-        state = advance(definition, state, event, at).state
+def replay(definition: CompiledSaga, history: Iterable[tuple[Event, datetime]], *,
+           known_patches: Mapping[str, PatchChoice] | None = None) -> SagaState:
+    """Rebuild a saga's state by folding :func:`advance` over its stored history.
+
+    ``known_patches``: the version-guard decisions recorded in the saga's snapshot. A saga
+    that reached a guard only after it was deployed decided by what it had run then; replay
+    from the start must take that same path, not re-apply the rule at an earlier event."""
+    state = replay_from(definition, None, history, known_patches=known_patches)
     if state is None:
         raise InvalidTransition("empty history: nothing to replay")
     return state
+
+
+def replay_from(definition: CompiledSaga, state: SagaState | None,
+                history: Iterable[tuple[Event, datetime]], *,
+                known_patches: Mapping[str, PatchChoice] | None = None) -> SagaState | None:
+    """Fold ``history`` over ``state`` (a checkpoint, or ``None``), switching to a newer
+    version's definition at a ``Migrated`` event and following recorded guard decisions."""
+    events = list(history)
+    known = {**recorded_patches(e for e, _ in events), **(known_patches or {})}
+    for event, at in events:
+        state = advance(_definition_at(definition, state, event), state, event, at,
+                        known_patches=known).state
+    return state
+
+
+def _definition_at(definition: CompiledSaga, state: SagaState | None, event: Event
+                   ) -> CompiledSaga:
+    """The version the saga runs on at ``event``: a history that crossed a migration runs on
+    the older version's definition until its ``Migrated`` event."""
+    if isinstance(event, Migrated):
+        version = event.to_version
+    elif state is None:
+        version = event.version if isinstance(event, SagaStarted) else definition.version
+    else:
+        version = state.version
+    try:
+        return definition.for_version(version)
+    except KeyError as exc:
+        raise InvalidTransition(str(exc.args[0])) from exc
+
+
+def _migrated(definition: CompiledSaga, state: SagaState, event: Migrated, now: datetime
+              ) -> Decision:
+    """Apply a migration the dry run allows; refused (nothing stored) otherwise."""
+    if (state.version, definition.version) != (event.from_version, event.to_version):
+        raise InvalidTransition(
+            f"saga {state.saga_id} is v{state.version}; the migration is v{event.from_version}"
+            f" -> v{event.to_version} and the definition given is v{definition.version}")
+    plan = plan_migration(definition, state)
+    if plan.state is None:
+        raise InvalidTransition(f"saga {state.saga_id} cannot move to v{definition.version}: "
+                                + "; ".join(plan.problems))
+    work = Work(definition, plan.state, now)
+    for key in (*state.steps, *plan.state.steps):
+        work.touched[key] = None  # every node is rewritten; a renamed key's old one is gone
+    work.note(f"migrated v{event.from_version} -> v{event.to_version} by "
+              f"{plan.migration} ({event.actor})")
+    return _decision(work, event, state)
+
+
+def recorded_patches(events: Iterable[Event]) -> dict[str, PatchChoice]:
+    """The version-guard decisions recorded on a history's events."""
+    out: dict[str, PatchChoice] = {}
+    for event in events:
+        out.update(event.patches)
+    return out
 
 
 def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime,
@@ -122,6 +186,12 @@ def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
 
     def visit(node: CompiledNode, parent: str) -> None:
+        if isinstance(node, CompiledGroup) and node.kind is GroupKind.PATCHED:
+            # A guard has no state; its new path is entered when taken. Its old path's
+            # nodes exist from the start as they did before the guard was written.
+            for child in node.path("old"):
+                visit(child, parent)
+            return
         if node.name:
             out.append((node.name, parent))
         if isinstance(node, CompiledGroup) and node.kind is not GroupKind.FOREACH:
@@ -132,8 +202,12 @@ def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
     return out
 
 
-def _decision(work: Work, event: Event) -> Decision:
+def _decision(work: Work, event: Event, before: SagaState | None = None) -> Decision:
     answer_parent(work)
+    decided = {k: v for k, v in work.state.patches.items()
+               if before is None or k not in before.patches}
+    if decided:  # recorded on the history's event: replay follows it
+        event = event.model_copy(update={"patches": {**event.patches, **decided}})
     work.update(updated_at=work.now, events_applied=work.state.events_applied + 1)
     note = "; ".join(work.notes) or "applied"
     # Built without validation: every value here has its field's type by construction.

@@ -18,6 +18,7 @@ from participant_sdk.protocol import Phase, ReplyEnvelope
 __all__ = [
     "EVENT_FORMAT_VERSION",
     "Event",
+    "Migrated",
     "OperatorRepair",
     "ParentRequest",
     "RepairVerb",
@@ -67,9 +68,15 @@ class _EventBase(BaseModel):
 
     #: :data:`EVENT_FORMAT_VERSION` of the writer (events written before it existed: 1).
     format_version: int = Field(default=EVENT_FORMAT_VERSION, ge=1, le=EVENT_FORMAT_VERSION)
+    #: Version guards first decided when this event was applied (change id -> ``"old"`` /
+    #: ``"new"``): set by the engine on the recorded event, so replay takes the same paths.
+    patches: dict[str, Literal["old", "new"]] = Field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if not out["patches"]:
+            del out["patches"]  # the usual case: rows stay as they were
+        return out
 
 
 class SagaStarted(_EventBase):
@@ -148,8 +155,21 @@ class SignalReceived(_EventBase):
     sender: str = ""
 
 
+class Migrated(_EventBase):
+    """An operator moved the saga from version ``from_version`` to ``to_version`` by the
+    latter's declared migration; replay takes up the new version's definition here."""
+
+    type: Literal["migrated"] = "migrated"
+    from_version: int = Field(ge=1)
+    to_version: int = Field(ge=1)
+    migration: str
+    actor: str
+    reason: str = ""
+
+
 Event = Annotated[
-    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived,
+    SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived
+    | Migrated,
     Field(discriminator="type"),
 ]
 

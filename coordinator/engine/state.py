@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +23,7 @@ __all__ = [
     "KeptSignal",
     "Outstanding",
     "ParentLink",
+    "PatchChoice",
     "SagaState",
     "Stage",
     "Status",
@@ -37,6 +38,8 @@ _FROZEN = ConfigDict(frozen=True, extra="ignore")
 #: reader would misread bumps it, and such a reader then refuses the row instead.
 STATE_FORMAT_VERSION = 1
 _M = TypeVar("_M", bound=BaseModel)
+#: The path a version guard took.
+PatchChoice = Literal["old", "new"]
 
 
 class Status(StrEnum):
@@ -264,6 +267,8 @@ class SagaState(BaseModel):
     start_at: datetime | None = None
     #: Signals received that no wait has consumed yet, in arrival order.
     signals: list[KeptSignal] = Field(default_factory=list)
+    #: Version guards decided so far: change id -> ``"old"`` or ``"new"`` (see ``Patched``).
+    patches: dict[str, PatchChoice] = Field(default_factory=dict)
     events_applied: int = 0
     started_at: datetime
     updated_at: datetime

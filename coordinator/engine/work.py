@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from coordinator.engine.events import Event, ParentRequest, TimerKind
 from coordinator.engine.state import (
     Outstanding,
     ParentLink,
+    PatchChoice,
     SagaState,
     StepPhase,
     StepState,
@@ -51,8 +53,11 @@ def timer_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int, kind: Ti
 class Work:
     """Accumulates the new state and the outbox rows and timers of one decision."""
 
-    def __init__(self, definition: CompiledSaga, state: SagaState, now: datetime) -> None:
+    def __init__(self, definition: CompiledSaga, state: SagaState, now: datetime,
+                 known_patches: Mapping[str, PatchChoice] | None = None) -> None:
         self.definition = definition
+        #: Version-guard decisions already recorded for this saga (replay is given them).
+        self.known_patches: Mapping[str, PatchChoice] = known_patches or {}
         self._state = state
         #: Field changes not yet folded into ``_state`` (folded on the next read of ``state``).
         self._pending: dict[str, Any] = {}

@@ -134,6 +134,42 @@ def cmd_versions(client: httpx.Client, args: argparse.Namespace) -> Any:
                  params=params)
 
 
+def cmd_migrate_dry_run(client: httpx.Client, args: argparse.Namespace) -> Any:
+    body = {"saga_type": args.type, "from_version": args.from_version,
+            "to_version": args.to_version, "limit": args.limit}
+    return _call(client, "POST", "/migrations/dry-run", json=body)
+
+
+def cmd_migrate(client: httpx.Client, args: argparse.Namespace) -> Any:
+    body = {"saga_type": args.type, "from_version": args.from_version,
+            "to_version": args.to_version, "reason": args.reason, "max_sagas": args.max_sagas}
+    return _call(client, "POST", "/migrations", json=body)
+
+
+def cmd_migration(client: httpx.Client, args: argparse.Namespace) -> Any:
+    return _call(client, "GET", f"/migrations/{args.job_id}")
+
+
+def _render_migration(data: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(data["counts"].items()))
+    lines = [f"migration job {data['job_id']} {data['saga_type']} v{data['from_version']} -> "
+             f"v{data['to_version']}: {data['status']}, {data['total']} sagas ({counts})\n"]
+    lines.extend(f"  {i['saga_id']}: {i['outcome']}" + (f": {i['message']}" if i["message"]
+                                                         else "") + "\n"
+                 for i in data["items"] if i["outcome"] not in ("applied", "pending"))
+    return "".join(lines)
+
+
+def _render_dry_run(data: dict[str, Any]) -> str:
+    lines = [f"{data['saga_type']} v{data['from_version']} -> v{data['to_version']} "
+             f"({data['migration']}): {data['can_move']} of {data['total']} live sagas can "
+             f"move, {data['cannot_move']} cannot\n"]
+    for item in data["items"]:
+        if not item["can_move"]:
+            lines.append(f"  {item['saga_id']}: " + "; ".join(item["problems"]) + "\n")
+    return "".join(lines)
+
+
 def cmd_start(client: httpx.Client, args: argparse.Namespace) -> Any:
     body: dict[str, Any] = {"type": args.type, "input": args.input}
     if args.saga_id:
@@ -267,6 +303,10 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
         out.write(table(data, ["name", "version", "latest"]))
     elif command == "versions":
         out.write(render_versions(data))
+    elif command == "migrate-dry-run":
+        out.write(_render_dry_run(data))
+    elif command in ("migrate", "migration"):
+        out.write(_render_migration(data))
     elif command in ("bulk", "job", "bulk-verify", "verify-job"):
         out.write(render_job(data))
     elif command == "verify":
@@ -364,6 +404,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("type", help="saga type")
     p.add_argument("--diff", nargs=2, type=int, metavar=("FROM", "TO"),
                    help="also show what changed from version FROM to version TO")
+    p = add("migrate-dry-run", cmd_migrate_dry_run,
+            "which live sagas of a version could move to another version, and why not")
+    p.add_argument("type", help="saga type")
+    p.add_argument("from_version", type=int, help="the version the sagas run on")
+    p.add_argument("to_version", type=int, help="the version that declares the migration")
+    p.add_argument("--limit", type=int, default=1000, help="at most this many sagas")
+    p = add("migrate", cmd_migrate, "move the live sagas of a version to another (a job)")
+    p.add_argument("type", help="saga type")
+    p.add_argument("from_version", type=int, help="the version the sagas run on")
+    p.add_argument("to_version", type=int, help="the version that declares the migration")
+    p.add_argument("--reason", "-r", required=True, help="why (recorded in each history)")
+    p.add_argument("--max-sagas", dest="max_sagas", type=int, default=1000,
+                   help="refuse when more sagas than this would move (default 1000)")
+    add("migration", cmd_migration, "a migration job and its per-saga outcomes").add_argument(
+        "job_id", help="the job id")
     p = add("start", cmd_start, "start a saga")
     p.add_argument("type", help="saga type")
     p.add_argument("input", type=_json_arg, help="the input (JSON object)")

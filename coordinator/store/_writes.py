@@ -77,6 +77,15 @@ class Change:
     trace_context: Mapping[str, str] | None = None
 
 
+def recorded_event(change: Change) -> Event:
+    """The event as its history row keeps it: with the version-guard decisions its decision
+    took (``Event.patches``), which replay follows."""
+    decided = {k: v for h in change.decision.history for k, v in h.event.patches.items()}
+    if not decided:
+        return change.event
+    return change.event.model_copy(update={"patches": {**change.event.patches, **decided}})
+
+
 LOCK_SAGAS: Final = """
 SELECT id, saga_type, saga_version, trace_context, history_seq
 FROM sagas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
@@ -112,12 +121,12 @@ SET status = u.status, snapshot = u.snapshot, history_seq = u.seq, updated_at = 
     last_progress_at = CASE WHEN u.progress THEN u.now ELSE s.last_progress_at END,
     stage = u.stage, active_steps = string_to_array(u.active, ' '),
     busiest_step = u.step, busiest_phase = u.phase, busiest_attempt = u.attempt,
-    waiting = u.waiting, wait_due_at = u.wait_due
+    waiting = u.waiting, wait_due_at = u.wait_due, saga_version = u.version
 FROM unnest($1::uuid[], $2::text[], $3::json[], $4::bigint[], $5::timestamptz[], $6::bool[],
             $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], $31::bool[],
-            $32::timestamptz[])
+            $32::timestamptz[], $33::int[])
      AS u(id, status, snapshot, seq, now, progress, stage, active, step, phase, attempt,
-          waiting, wait_due)
+          waiting, wait_due, version)
 WHERE s.id = u.id
 """)
 
@@ -211,7 +220,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         *nodes.upsert_args(),
         [c.saga.saga_id for c in changes],
         [c.seq for c in changes],
-        [dumps(c.event.to_json()) for c in changes],
+        [dumps(recorded_event(c).to_json()) for c in changes],
         [c.now for c in changes],
         [c.actor for c in changes],
         [dumps([h.note for h in c.decision.history]) for c in changes],
@@ -226,6 +235,8 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         [t.kind.value for _, t in timers],
         [w[0] for w in waits],
         [w[1] for w in waits],
+        # A migration moves the saga to another version; every other change keeps it.
+        [c.decision.state.version for c in finals],
     )
     await nodes.delete(conn)
     messages = [

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from coordinator.definition import Saga
 from coordinator.engine import compile_saga
 from coordinator.engine.events import (
+    Migrated,
     OperatorRepair,
     ParentRequest,
     RepairVerb,
@@ -30,7 +31,7 @@ from coordinator.engine.events import (
 )
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
-from coordinator.flow import SagaStep, Sleep, WaitForSignal
+from coordinator.flow import Patched, SagaStep, Sleep, WaitForSignal
 from coordinator.signal_wire import SignalEnvelope
 from coordinator.store.nodes import node_writes, spine_json
 from examples.checkout_saga import CheckoutSaga
@@ -115,6 +116,41 @@ def _waits_run() -> tuple[Simulator, dict[str, Any]]:
     return sim, out
 
 
+class _PlainOrder(Saga):
+    """Version 1 of an order as first deployed."""
+
+    name = "golden_guarded"
+    version = 1
+    input_model = OrderInput
+    steps = (
+        SagaStep("reserve", "inventory", "reserve", compensable=True),
+        SagaStep("charge", "payments", "charge", compensable=True),
+    )
+
+
+class _GuardedOrder(_PlainOrder):
+    """The same version after two changes, each behind a version guard."""
+
+    steps = (
+        SagaStep("reserve", "inventory", "reserve", compensable=True),
+        Patched("new-charge", new=SagaStep("charge_v2", "payments", "charge", compensable=True),
+                old=SagaStep("charge", "payments", "charge", compensable=True)),
+        Patched("fraud-check", new=SagaStep("fraud", "risk", "score", compensable=False)),
+    )
+
+
+def _guarded_run() -> Simulator:
+    """A saga charging on the old code when the guards were deployed: it keeps the old charge
+    and takes the new fraud check (which comes after the point it had reached)."""
+    sim = Simulator(compile_saga(_PlainOrder), saga_id=uuid.UUID(int=4))
+    sim.start(ORDER_INPUT)
+    sim.reply_to(sim.last())
+    sim.definition = compile_saga(_GuardedOrder)  # the deploy
+    sim.reply_to(sim.last())
+    assert sim.current.patches == {"new-charge": "old", "fraud-check": "new"}
+    return sim
+
+
 def _node_rows(state: Any) -> list[dict[str, Any]]:
     writes = node_writes([(state.saga_id, None, state, ())])
     return [{"key": k, "ordinal": o, "state": json.loads(s)}
@@ -129,6 +165,7 @@ def _timer_row(timer: Any, saga_id: uuid.UUID = SAGA_ID) -> dict[str, Any]:
 
 
 def documents() -> dict[str, Any]:
+    guarded = _guarded_run()
     sim, run = _order_run()
     docs: dict[str, Any] = {
         "stored/snapshot-running.json": run["running"].to_json(),
@@ -138,6 +175,12 @@ def documents() -> dict[str, Any]:
         "stored/timer-retry.json": _timer_row(run["retry_timer"]),
         "stored/snapshot-tree-running.json": _checkout_tree().to_json(),
         "stored/timer-deadline.json": _timer_row(run["deadline_timer"]),
+        "stored/snapshot-patched.json": guarded.current.to_json(),
+        # The history event that recorded the guards' decisions.
+        "stored/event-patched.json": guarded.history[-1].event.to_json(),
+        "stored/event-migrated.json": Migrated(from_version=1, to_version=2,
+                                               migration="v1->v2", actor="alice",
+                                               reason="ship renamed").to_json(),
     }
     docs["stored/history.json"] = [
         {"seq": seq, "event": d.history[0].event.to_json(), "actor": "worker",

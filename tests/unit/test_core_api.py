@@ -28,7 +28,7 @@ ENGINE = {
 }
 DEFINITION = {
     "DEFAULT_DEADLINE", "DEFAULT_RETRY", "DEFAULT_ROLLBACK_RETRY",
-    "DefinitionError", "Guard", "Mapper", "PolicyLike", "RetryPolicy", "Saga",
+    "DefinitionError", "Guard", "Mapper", "Migration", "PolicyLike", "RetryPolicy", "Saga",
     "SagaStep", "StepContext", "StepSpec", "TccStep", "resolve_policy", "validate_saga_class",
 }
 

@@ -122,7 +122,7 @@ def _contains(written: Any, golden: Any, where: str = "") -> None:
 #: Mappings of free-form data (user input, results) or of typed values, not stored models:
 #: an unknown key there would be data, not a field a newer build added.
 _NOT_MODELS = frozenset({"input", "payload", "result", "trace_context", "attempts",
-                         "budget_from", "resolution"})
+                         "budget_from", "resolution", "patches"})
 
 
 def _map_objects(doc: Any, change: Callable[[dict[str, Any]], dict[str, Any]],

@@ -5,6 +5,7 @@ from coordinator.engine.nodes import (
     choice,
     foreach,
     parallel,
+    patched,
     race,
     sequence,
     sleep,
@@ -22,6 +23,7 @@ base.KINDS.update({
     "foreach": foreach.KIND,
     "race": race.KIND,
     "choice": choice.KIND,
+    "patched": patched.KIND,
     "sleep": sleep.KIND,
     "signal": wait.KIND,
 })

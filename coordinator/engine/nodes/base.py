@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from coordinator.definition import StepContext
-from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledStep
+from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 from coordinator.engine.state import StepPhase, StepState
 
 if TYPE_CHECKING:
@@ -162,7 +162,28 @@ def finish(w: Work, key: str, phase: StepPhase) -> None:
 
 def existing(w: Work, pairs: Iterable[tuple[CompiledNode, str, Scope]]
              ) -> Iterator[tuple[CompiledNode, str, Scope]]:
-    return ((n, k, s) for n, k, s in pairs if k in w.steps)
+    """The pairs whose node instance has a state (a version guard has none: always kept)."""
+    return ((n, k, s) for n, k, s in pairs if k in w.steps or is_guard(n))
+
+
+def is_guard(node: CompiledNode) -> bool:
+    """A version guard (``Patched``): a node without a state of its own."""
+    return isinstance(node, CompiledGroup) and node.kind is GroupKind.PATCHED
+
+
+def completed_seq(w: Work, node: CompiledNode, key: str, scope: Scope) -> int | None:
+    """When the node instance succeeded; a guard: when the last node of its path did
+    (``None`` while one of them that ran is unfinished)."""
+    if not is_guard(node):
+        return w.step(key).completed_seq
+    seqs = [completed_seq(w, c, k, s) for c, k, s in children(w, node, key, scope)
+            if is_guard(c) or w.step(k).phase not in (StepPhase.PENDING, StepPhase.SKIPPED)]
+    return None if not seqs or None in seqs else max(s for s in seqs if s is not None)
+
+
+def skipped(w: Work, key: str) -> bool:
+    state = w.steps.get(key)
+    return state is not None and state.phase is StepPhase.SKIPPED
 
 
 def static_children(w: Work, node: CompiledGroup, key: str, scope: Scope
@@ -175,7 +196,7 @@ def static_children(w: Work, node: CompiledGroup, key: str, scope: Scope
 def undo_serial(w: Work, kids: Iterable[tuple[CompiledNode, str, Scope]]) -> Progress:
     """Undo one child at a time, in reverse order of completion (unfinished ones first)."""
     def latest_first(kid: tuple[CompiledNode, str, Scope]) -> tuple[int, int]:
-        seq = w.step(kid[1]).completed_seq
+        seq = completed_seq(w, *kid)
         return (0, 0) if seq is None else (1, -seq)
 
     for node, key, scope in sorted(kids, key=latest_first):

@@ -43,7 +43,7 @@ def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
     """The result of the last child that ran (skipped children have none)."""
     out = None
     for child, child_key, child_scope in children(w, node, key, scope):
-        if w.step(child_key).phase is not StepPhase.SKIPPED:
+        if not base.skipped(w, child_key):
             out = base.result(w, child, child_key, child_scope)
     return out
 

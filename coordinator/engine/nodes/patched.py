@@ -1,0 +1,88 @@
+"""A version guard (``flow.Patched``): the new or the old path, decided once per saga.
+
+The guard has no state of its own, so its nodes keep the keys and parents they had before the
+guard was written, and a saga started on the class without the guard runs on unchanged. The
+decision lives in ``SagaState.patches`` (one per change id) and in the history note; replay
+is handed the recorded decisions (``Work.known_patches``) so that it takes the same path even
+where the rule, applied early, would pick another one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from coordinator.engine.compiled import CompiledGroup, CompiledNode, GroupKind, walk
+from coordinator.engine.nodes import base
+from coordinator.engine.nodes.base import Kind, Progress, Scope
+from coordinator.engine.state import PatchChoice, StepPhase
+
+if TYPE_CHECKING:
+    from coordinator.engine.work import Work
+
+__all__ = ["KIND", "decide_path"]
+
+
+def decide_path(w: Work, node: CompiledGroup, scope: Scope) -> PatchChoice:
+    """The rule for a saga that has no decision yet: old if it already ran a node of the old
+    path or a node after the guard (it passed this point on the old code), else new."""
+    later = _later_siblings(w, node)
+    for top in (*node.path("old"), *later):
+        for n in walk(top):
+            state = w.steps.get(scope.prefix + n.name)
+            if state is not None and state.phase is not StepPhase.PENDING:
+                return "old"
+    return "new"
+
+
+def _later_siblings(w: Work, node: CompiledGroup) -> tuple[CompiledNode, ...]:
+    parent = w.definition.node(w.definition.parents[node.name])
+    if not isinstance(parent, CompiledGroup) or parent.kind is not GroupKind.SEQUENCE:
+        return ()  # a branch of a parallel or a race: nothing runs after it in its branch
+    return parent.children[parent.children.index(node) + 1:]
+
+
+def choice_of(w: Work, node: CompiledGroup) -> PatchChoice | None:
+    patches: dict[str, PatchChoice] = w.get("patches")
+    return patches.get(node.change)
+
+
+def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    choice = choice_of(w, node)
+    if choice is None:
+        choice = w.known_patches.get(node.change) or decide_path(w, node, scope)
+        w.update(patches={**w.get("patches"), node.change: choice})
+        w.note(f"patch {node.change}: {choice} path")
+    for child in node.path(choice):
+        progress = base.forward(w, child, scope.key(child), scope)
+        if progress is not Progress.DONE:
+            return progress
+    return Progress.DONE
+
+
+def children(w: Work, node: CompiledGroup, key: str, scope: Scope
+             ) -> Iterator[tuple[CompiledNode, str, Scope]]:
+    choice = choice_of(w, node)
+    if choice is None:
+        return iter(())
+    return base.existing(w, ((c, scope.key(c), scope) for c in node.path(choice)))
+
+
+def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
+    return base.undo_serial(w, children(w, node, key, scope))
+
+
+def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
+    """The result of the last node of the path taken that ran."""
+    out = None
+    for child, child_key, child_scope in children(w, node, key, scope):
+        if not base.skipped(w, child_key):
+            out = base.result(w, child, child_key, child_scope)
+    return out
+
+
+def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
+    return ()  # no phase of its own: both paths' nodes are in the machine
+
+
+KIND = Kind(forward, undo, result, children, edges)

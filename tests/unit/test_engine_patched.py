@@ -1,0 +1,128 @@
+"""Version guards (``flow.Patched``): sagas that passed the guard's point on the old code keep
+the old path, others take the new one; the choice is recorded once and replay follows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.definition import DefinitionError
+from coordinator.engine import Status
+from coordinator.engine.compiled import CompiledSaga
+from coordinator.engine.decide import replay
+from coordinator.engine.events import event_from_json
+from coordinator.flow import Patched
+from participant_sdk.protocol import ErrorKind, Outcome
+from tests.unit.test_engine_tree import act as step
+from tests.unit.test_engine_tree import saga, sent
+from tests.unit.tree_support import check_replay, drain, new_run
+
+
+def _v(*nodes: Any) -> CompiledSaga:
+    return saga(*nodes)
+
+
+BEFORE = _v(step("a"), step("charge"), step("end"))
+#: The same version after the change "fraud-check": a step added before ``charge``, and
+#: ``charge`` replaced by ``charge_v2``.
+AFTER = _v(step("a"), Patched("fraud-check", new=(step("fraud"), step("charge_v2")),
+                              old=step("charge")), step("end"))
+ADDED = _v(step("a"), Patched("audit", new=step("audit_log")), step("charge"), step("end"))
+
+
+def _deploy(run: Any, definition: CompiledSaga) -> None:
+    run.sim.definition = definition
+
+
+def _replays_exactly(run: Any) -> None:
+    """Replay of the whole history under the guarded class gives the stored snapshot (the
+    decisions before the deploy were made by the class without the guard)."""
+    assert run.sim.replayed().to_json() == run.sim.current.to_json()
+
+
+def test_a_new_saga_takes_the_new_path_and_records_it() -> None:
+    run = new_run(AFTER)
+    drain(run)
+    assert run.sim.current.status is Status.COMPLETED
+    assert [s for s, _ in sent(run.sim)] == ["a", "fraud", "charge_v2", "end"]
+    assert run.sim.current.patches == {"fraud-check": "new"}
+    assert "charge" in run.sim.current.steps  # the old path's node stays pending
+    assert any("patch fraud-check: new path" in h.note for h in run.sim.history)
+    check_replay(run.sim)
+
+
+def test_a_saga_inside_the_old_branch_keeps_the_old_path() -> None:
+    run = new_run(BEFORE)
+    run.world.answer(run.sim, run.sim.last())  # a done: charge is in flight on the old code
+    _deploy(run, AFTER)
+    drain(run)
+    assert [s for s, _ in sent(run.sim)] == ["a", "charge", "end"]
+    assert run.sim.current.patches == {"fraud-check": "old"}
+    _replays_exactly(run)
+
+
+def test_a_saga_past_an_added_node_does_not_run_it_late() -> None:
+    run = new_run(_v(step("a"), step("charge"), step("end")))
+    run.world.answer(run.sim, run.sim.last())
+    run.world.answer(run.sim, run.sim.last())  # charge done: end in flight
+    _deploy(run, ADDED)
+    drain(run)
+    assert [s for s, _ in sent(run.sim)] == ["a", "charge", "end"]
+    assert run.sim.current.patches == {"audit": "old"}
+    _replays_exactly(run)
+
+
+def test_a_saga_before_the_point_takes_the_new_path() -> None:
+    run = new_run(BEFORE)  # a in flight: the guard's point not reached yet
+    _deploy(run, AFTER)
+    drain(run)
+    assert [s for s, _ in sent(run.sim)] == ["a", "fraud", "charge_v2", "end"]
+    assert run.sim.current.patches == {"fraud-check": "new"}
+    _replays_exactly(run)
+
+
+def test_replay_follows_the_recorded_choice() -> None:
+    """An old saga that decided late, replayed from its start under the guarded class, takes
+    the path recorded on the history's event (the rule at its first event would say new)."""
+    run = new_run(BEFORE)
+    run.world.answer(run.sim, run.sim.last())
+    _deploy(run, AFTER)
+    run.world.answer(run.sim, run.sim.last())  # charge done: the walk reaches the guard
+    assert run.sim.history[-1].event.patches == {"fraud-check": "old"}
+    assert "patches" in run.sim.history[-1].event.to_json()
+    assert "patches" not in run.sim.history[0].event.to_json()  # rows stay as they were
+    drain(run)
+    _replays_exactly(run)
+    unrecorded = [(event_from_json({**h.event.to_json(), "patches": {}}), h.at)
+                  for h in run.sim.history]
+    assert replay(AFTER, unrecorded).patches == {"fraud-check": "new"}
+
+
+def test_rollback_undoes_the_path_taken() -> None:
+    run = new_run(_v(Patched("p", new=(step("x"), step("y"))), step("boom")))
+    run.world.answer(run.sim, run.sim.last())
+    run.world.answer(run.sim, run.sim.last())
+    run.world.answer(run.sim, run.sim.last(), Outcome.REJECTED, ErrorKind.BUSINESS)
+    drain(run)
+    assert run.sim.current.status is Status.COMPENSATED
+    # boom's own (null) compensation first, then the guard's path in reverse order.
+    assert [s for s, p in sent(run.sim) if p == "compensate"] == ["boom", "y", "x"]
+    check_replay(run.sim)
+
+
+def test_the_exported_machine_shows_both_paths() -> None:
+    states = set(AFTER.states)
+    assert {"charge.executing", "charge_v2.executing", "fraud.executing"} <= states
+    node = AFTER.to_json()["nodes"][1]
+    assert node["kind"] == "patched" and node["change"] == "fraud-check"
+    assert (node["new"], node["old"]) == (["fraud", "charge_v2"], ["charge"])
+
+
+def test_guard_definition_errors() -> None:
+    with pytest.raises(DefinitionError, match="change must be an identifier-like"):
+        _v(Patched("bad id!", new=step("x")))
+    with pytest.raises(DefinitionError, match="duplicate node name 'x'"):
+        _v(Patched("p", new=step("x"), old=step("x")))
+    with pytest.raises(DefinitionError, match="new is empty"):
+        _v(Patched("p", new=()))
