@@ -34,7 +34,7 @@ from participant_sdk.version import version_line
 __all__ = ["load_saga_class", "main_diagram", "mermaid"]
 
 _KIND_LABEL = {"parallel": "parallel", "race": "first of", "foreach": "for each",
-               "choice": "choice", "sequence": "sequence"}
+               "choice": "choice", "sequence": "sequence", "patched": "version guard"}
 
 
 def _node_id(state: str) -> str:

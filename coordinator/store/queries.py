@@ -11,7 +11,8 @@ from uuid import UUID
 
 import asyncpg
 
-from coordinator.engine import CompiledSaga, SagaState, advance, event_from_json, replay
+from coordinator.engine import CompiledSaga, SagaState, event_from_json, replay
+from coordinator.engine.decide import replay_from
 from coordinator.store.errors import SagaNotFound, StoreError
 from coordinator.store.nodes import assemble, dumps, load_nodes, load_stored
 from coordinator.store.records import (
@@ -186,9 +187,12 @@ async def _replayed(
             return None, 0, 0
         return replay(definition, [(h.event, h.recorded_at) for h in history]), 0, len(history)
     state = SagaState.from_json(json.loads(checkpoint["state"]))
-    for h in history:
-        state = advance(definition, state, h.event, h.recorded_at).state
-    return state, from_seq, len(history)
+    # replay_from switches definitions at a Migrated event after the checkpoint, and follows
+    # the version-guard decisions the checkpoint and the events recorded.
+    replayed = replay_from(definition, state, [(h.event, h.recorded_at) for h in history],
+                           known_patches=state.patches)
+    assert replayed is not None  # it started from a state
+    return replayed, from_seq, len(history)
 
 
 async def verify(

@@ -31,7 +31,7 @@ _CHAR_W, _BOX_H, _GAP, _PAD, _HEAD = 7.0, 28, 22, 10, 20
 _ENDS = ("completed", "compensated", "cancelled", "dead")
 _TITLE = {GroupKind.PARALLEL: "parallel", GroupKind.RACE: "first of",
           GroupKind.CHOICE: "choice", GroupKind.FOREACH: "for each",
-          GroupKind.SEQUENCE: "sequence"}
+          GroupKind.SEQUENCE: "sequence", GroupKind.PATCHED: "version guard"}
 
 
 @dataclass

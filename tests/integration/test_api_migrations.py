@@ -111,6 +111,8 @@ async def test_dry_run_reports_per_saga_whether_it_can_move(api: Api) -> None:
 async def test_the_migration_job_moves_who_can_and_they_finish_on_v2(api: Api) -> None:
     store = api.store
     waiting, shipping, held = await _two_v1_sagas(store)
+    # A checkpoint taken on v1: verify later replays from it across the Migrated event.
+    assert await store.compact(waiting) > 0
     body = {"saga_type": "mig_order", "from_version": 1, "to_version": 2,
             "reason": "ship renamed"}
     r = await api.post("/migrations", body)
@@ -140,5 +142,6 @@ async def test_the_migration_job_moves_who_can_and_they_finish_on_v2(api: Api) -
     for saga_id in (waiting, shipping):  # replay across the Migrated event
         result = await store.verify(saga_id)
         assert result.ok, result.differences
+    assert (await store.verify(waiting)).from_seq > 0  # ... from the v1 checkpoint
     # An unknown job, or a repair job's id, is a 404 here.
     assert (await api.get(f"/migrations/{uuid4()}")).status_code == 404

@@ -126,3 +126,11 @@ def test_guard_definition_errors() -> None:
         _v(Patched("p", new=step("x"), old=step("x")))
     with pytest.raises(DefinitionError, match="new is empty"):
         _v(Patched("p", new=()))
+
+
+def test_a_guard_is_drawn_in_the_diagram_and_the_console() -> None:
+    from coordinator.diagram import mermaid
+    from coordinator.ui.diagram_svg import state_svg
+
+    assert "version guard fraud-check" in mermaid(AFTER)
+    assert "version guard fraud-check" in state_svg(AFTER)
