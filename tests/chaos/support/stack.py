@@ -30,7 +30,8 @@ from participant_sdk.protocol import command_topic, reply_topic
 ROOT = Path(__file__).resolve().parents[3]
 #: The chaos mix: the linear order saga and its parallel variant (the node tree under fire).
 SAGAS = ("examples.order_saga:OrderSaga", "examples.order_saga:ParallelOrderSaga",
-         "examples.order_saga:NestedOrderSaga", "examples.order_saga:FulfilmentSaga")
+         "examples.order_saga:NestedOrderSaga", "examples.order_saga:FulfilmentSaga",
+         "tests.chaos.support.long_sagas:LongOrderSaga")
 SERVICES = ("payments", "inventory", "shipping")
 PARTITIONS = 4
 
