@@ -17,6 +17,7 @@ from uuid import UUID
 
 import asyncpg
 
+from coordinator.engine.compiled import CompiledGroup, GroupKind, walk
 from coordinator.worker.versions import LIVE_STATUSES
 
 __all__ = ["IN_FLIGHT_STATUSES", "VersionDrain", "drain_report"]
@@ -45,6 +46,14 @@ WHERE s.saga_type = $1 AND s.status = ANY($2::text[])
 GROUP BY 1
 """
 
+# The spine column holds ``patches`` (change id -> "old"/"new"), the version-guard decisions.
+_PATCHES: Final = """
+SELECT s.saga_version, p.key AS change, p.value AS choice, count(*) AS n
+FROM sagas s, json_each_text(s.snapshot->'patches') p
+WHERE s.saga_type = $1 AND s.status = ANY($2::text[])
+GROUP BY 1, 2, 3
+"""
+
 
 @dataclass(slots=True)
 class VersionDrain:
@@ -63,6 +72,10 @@ class VersionDrain:
     unbounded: int = 0
     #: The exported machine (``CompiledSaga.to_json()``), when this process registers it.
     machine: dict[str, Any] | None = None
+    #: Version guards of this version: change id -> live sagas that took ``old``, took
+    #: ``new``, or have not reached the guard (``undecided``). A guard can be retired once
+    #: ``old`` and ``undecided`` are 0 (new starts always take ``new``).
+    guards: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def live(self) -> int:
@@ -95,4 +108,15 @@ async def drain_report(conn: asyncpg.Connection, registry: Any, saga_type: str
     for row in await conn.fetch(_ENDS, saga_type, live):
         entry = report[row["saga_version"]]
         entry.last_timer_due, entry.unbounded = row["last_due"], row["unbounded"]
+    for version, definition in compiled.items():
+        report[version].guards = {
+            node.change: {"old": 0, "new": 0} for node in walk(definition.root)
+            if isinstance(node, CompiledGroup) and node.kind is GroupKind.PATCHED}
+    for row in await conn.fetch(_PATCHES, saga_type, live):
+        counts_of = report[row["saga_version"]].guards.setdefault(
+            row["change"], {"old": 0, "new": 0})
+        counts_of[row["choice"]] = counts_of.get(row["choice"], 0) + row["n"]
+    for entry in report.values():
+        for counts_of in entry.guards.values():
+            counts_of["undecided"] = entry.live - counts_of["old"] - counts_of["new"]
     return [report[v] for v in versions]

@@ -28,7 +28,7 @@ class VersionOut(BaseModel):
     version: int
     registered: bool = Field(description="Whether this API process registers the version.")
     latest: bool
-    live: int = Field(description="Sagas running or compensating on this version.")
+    live: int = Field(description="Sagas scheduled, running or compensating on this version.")
     by_status: dict[str, int] = Field(description="In-flight sagas by status (dead included).")
     oldest_live_id: UUID | None
     oldest_live_at: datetime | None
@@ -39,6 +39,9 @@ class VersionOut(BaseModel):
         description="last_timer_due when every live saga has a timer, else null.")
     machine: dict[str, Any] | None = Field(
         description="The exported machine, when this process registers the version.")
+    guards: dict[str, dict[str, int]] = Field(
+        description="Version guards: change id -> live sagas that took old, took new, or are "
+                    "undecided. Retire a guard once old and undecided are 0.")
 
 
 class DiffOut(BaseModel):
@@ -66,7 +69,7 @@ def _version(entry: VersionDrain) -> VersionOut:
         live=entry.live, by_status=entry.by_status, oldest_live_id=entry.oldest_live_id,
         oldest_live_at=entry.oldest_live_at, last_timer_due=entry.last_timer_due,
         unbounded=entry.unbounded, expected_last_finish=entry.expected_last_finish,
-        machine=entry.machine)
+        machine=entry.machine, guards=entry.guards)
 
 
 @router.get("/saga-types/{name}/versions", response_model=VersionsOut,

@@ -108,6 +108,11 @@ def render_versions(data: Mapping[str, Any]) -> str:
     text = f"saga type {data['saga_type']}\n" + table(rows, [
         "version", "registered", "latest", "running", "compensating", "dead",
         "oldest_live_at", "oldest_live_id", "unbounded", "expected_last_finish"])
+    for v in data["versions"]:
+        for change, counts in sorted(v.get("guards", {}).items()):
+            retire = " (can be retired)" if not counts["old"] and not counts["undecided"] else ""
+            text += (f"v{v['version']} guard {change}: old {counts['old']}, new {counts['new']},"
+                     f" undecided {counts['undecided']}{retire}\n")
     diff = data.get("diff")
     if diff:
         text += f"v{diff['from_version']} -> v{diff['to_version']}:\n"

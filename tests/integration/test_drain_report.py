@@ -79,7 +79,7 @@ async def test_drain_report_counts_bounds_and_diffs_versions(
     data = await _report(client, diff_from=1, diff_to=2)
     v1, v2 = data["versions"]
     assert (v1["version"], v1["registered"], v1["latest"], v1["live"]) == (1, True, False, 2)
-    assert v1["by_status"] == {"running": 2, "compensating": 0, "dead": 0}
+    assert v1["by_status"] == {"scheduled": 0, "running": 2, "compensating": 0, "dead": 0}
     assert (v2["version"], v2["latest"], v2["live"]) == (2, True, 1)
     conn = await asyncpg.connect(fresh_db)
     try:

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from coordinator.definition import Saga, SagaStep
+from coordinator.drain import drain_report
 from coordinator.flow import Patched
 from coordinator.registry import SagaRegistry
 from coordinator.store import SagaStore
@@ -81,9 +82,11 @@ async def test_a_guard_keeps_the_old_path_for_a_saga_in_flight(
                 Worker(settings, after, name="guarded"):
             new = (await api.start_saga("shipment", {"order_id": "new", "amount": 7})).record
             await _sent(api, new.saga_id, "ship_express")
+            guards_in_flight = await _guards(api, after)
             await shipping.start()
             for saga_id in (old.saga_id, new.saga_id):
                 await _wait(api, saga_id, "a saga did not finish")
+            guards_after = await _guards(api, after)
             ended = {s: await api.get_saga(s) for s in (old.saga_id, new.saga_id)}
             await verify_all(api, ended)
             recorded = await _recorded_patches(api, old.saga_id)
@@ -95,6 +98,10 @@ async def test_a_guard_keeps_the_old_path_for_a_saga_in_flight(
     assert (finished_old.status, finished_old.state.patches) == ("completed", {"express": "old"})
     assert (finished_new.status, finished_new.state.patches) == ("completed", {"express": "new"})
     assert recorded == [{"express": "old"}]  # on one history row: the ship reply's
+    # The drain report: the old saga has not reached the guard yet (it decides on its reply),
+    # the new one took the new path; once both are done, the guard can be retired.
+    assert guards_in_flight == {"express": {"old": 0, "new": 1, "undecided": 1}}
+    assert guards_after == {"express": {"old": 0, "new": 0, "undecided": 0}}
 
     def sent(saga_id: uuid.UUID) -> set[str]:
         commands: list[CommandEnvelope] = shipping.received
@@ -113,6 +120,12 @@ async def _sent(store: SagaStore, saga_id: uuid.UUID, step: str, within: float =
             return
         assert time.monotonic() < deadline, f"{step} never sent: {record and record.status}"
         await asyncio.sleep(0.1)
+
+
+async def _guards(store: SagaStore, registry: SagaRegistry) -> dict[str, dict[str, int]]:
+    async with store.pool.acquire() as conn:
+        (v1,) = await drain_report(conn, registry, "shipment")
+    return v1.guards
 
 
 async def _recorded_patches(store: SagaStore, saga_id: uuid.UUID) -> list[object]:
