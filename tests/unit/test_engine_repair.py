@@ -267,3 +267,31 @@ def test_invalid_repair_changes_nothing() -> None:
     with pytest.raises(InvalidTransition):
         sim.repair("resolve")
     assert (sim.current, len(sim.history)) == before
+
+
+def test_an_undo_that_gave_up_while_the_saga_was_dead_elsewhere_parks_it_next() -> None:
+    """Found by the adversity property test: a late OK of the irreversible pivot parks the
+    saga at the pivot while ``a``'s cancel is still retrying; that cancel then gives up too.
+    Skipping the pivot must not leave ``a`` cancelling with nothing in flight for ever: the
+    rollback reaches ``a`` and parks the saga there, where a retry finishes it."""
+    from participant_sdk.protocol import ErrorKind
+
+    sim = Simulator(compiled(WithPivot))
+    sim.start({"n": 3, "ship": False})
+    sim.reply_to(sim.last("a", Phase.TRY), Outcome.OK)
+    pivot = sim.last("pivot", Phase.ACTION)
+    sim.reply_to(pivot, Outcome.REJECTED, kind=ErrorKind.BUSINESS)
+    sim.reply_to(sim.last("a", Phase.CANCEL), Outcome.FAILED, kind=ErrorKind.TRANSIENT)
+    sim.reply_to(pivot, Outcome.OK)  # late: the pivot took effect after all
+    assert (sim.current.status, sim.current.dead_step) == (Status.DEAD, "pivot")
+    while sim.current.steps["a"].phase is StepPhase.CANCELLING and (
+            sim.current.steps["a"].retry_timer is not None):
+        sim.fire_next(TimerKind.RETRY)
+        sim.reply_to(sim.last("a", Phase.CANCEL), Outcome.REJECTED, kind=ErrorKind.BUSINESS)
+    a = sim.current.steps["a"]
+    assert (a.phase, a.outstanding, a.retry_timer) == (StepPhase.CANCELLING, None, None)
+    sim.repair(RepairVerb.SKIP)  # the pivot, by hand
+    assert (sim.current.status, sim.current.dead_step) == (Status.DEAD, "a")
+    sim.repair(RepairVerb.RETRY)
+    sim.reply_to(sim.last("a", Phase.CANCEL), Outcome.OK)
+    assert sim.current.status is Status.COMPENSATED

@@ -193,6 +193,16 @@ def static_children(w: Work, node: CompiledGroup, key: str, scope: Scope
     return existing(w, ((c, inner.key(c), inner) for c in node.children))
 
 
+def last_result(w: Work, kids: Iterable[tuple[CompiledNode, str, Scope]]) -> Any:
+    """The result of the last of ``kids`` that ran (skipped ones have none): what a node that
+    runs its children in order (a sequence, a guard's path) results in."""
+    out = None
+    for child, child_key, child_scope in kids:
+        if not skipped(w, child_key):
+            out = result(w, child, child_key, child_scope)
+    return out
+
+
 def undo_serial(w: Work, kids: Iterable[tuple[CompiledNode, str, Scope]]) -> Progress:
     """Undo one child at a time, in reverse order of completion (unfinished ones first)."""
     def latest_first(kid: tuple[CompiledNode, str, Scope]) -> tuple[int, int]:

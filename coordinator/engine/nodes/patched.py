@@ -74,11 +74,7 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
 
 def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
     """The result of the last node of the path taken that ran."""
-    out = None
-    for child, child_key, child_scope in children(w, node, key, scope):
-        if not base.skipped(w, child_key):
-            out = base.result(w, child, child_key, child_scope)
-    return out
+    return base.last_result(w, children(w, node, key, scope))
 
 
 def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:

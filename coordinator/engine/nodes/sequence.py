@@ -41,11 +41,7 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
 
 def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
     """The result of the last child that ran (skipped children have none)."""
-    out = None
-    for child, child_key, child_scope in children(w, node, key, scope):
-        if not base.skipped(w, child_key):
-            out = base.result(w, child, child_key, child_scope)
-    return out
+    return base.last_result(w, children(w, node, key, scope))
 
 
 def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:

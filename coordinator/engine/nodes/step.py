@@ -53,6 +53,13 @@ def undo(w: Work, spec: CompiledStep, key: str, scope: Scope) -> Progress:
     saga step that succeeded or whose outcome is unknown."""
     state = w.steps.get(key)
     if state is not None and state.phase in _UNDOING:
+        if state.outstanding is None and state.retry_timer is None:
+            # Its undo gave up while the saga was dead at another node (go_dead kept the
+            # first): now that the saga runs again, it is this node's turn to park it.
+            error = state.last_error.message if state.last_error is not None else "no reply"
+            leaf.go_dead(w, key, f"{key}: {spec.rollback_phase.value} gave up while the saga "
+                                 f"was dead at another step ({error})")
+            return Progress.FAILED
         return Progress.WAITING
     if state is not None and state.phase in _IN_FLIGHT:
         leaf.abandon_forward(w, key, "abandoned: its branch is being undone")
