@@ -32,6 +32,7 @@ from coordinator.flow import (
     Choice,
     ForEach,
     Parallel,
+    Patched,
     Race,
     Sequence,
     Sleep,
@@ -126,7 +127,8 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     unit tests cover nesting; here it would only multiply the size)."""
     if depth >= 3 or draw(st.integers(0, 9)) < 4:
         return _leaf(draw, names, in_race)
-    kinds = ["sequence", "parallel", "race", "choice"] + ([] if in_each else ["foreach"])
+    kinds = ["sequence", "parallel", "race", "choice", "patched"] + (
+        [] if in_each else ["foreach"])
     kind = draw(st.sampled_from(kinds))
     name = f"g{next(names)}"
     race, each = in_race or kind == "race", in_each or kind == "foreach"
@@ -150,6 +152,9 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
         return ForEach(name, items=lambda ctx: list(range(ctx.input.n)),
                        body=body if isinstance(body, tuple) else (body,),
                        max_concurrency=draw(st.sampled_from([None, 1, 2])), max_items=5)
+    if kind == "patched":  # a version guard: a new saga takes ``new``
+        return Patched(f"change-{name}", new=branch(),
+                       old=branch() if draw(st.booleans()) else None)
     return Choice(name, ((lambda ctx: ctx.input.flag, branch()),),
                   otherwise=branch() if draw(st.booleans()) else None)
 
