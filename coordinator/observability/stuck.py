@@ -36,7 +36,7 @@ def node_name(key: str) -> str:
 # $6 cut-off of a wait for a signal with no timeout.
 _WHERE: Final = """
 FROM sagas s
-WHERE s.status IN ('running', 'compensating')
+WHERE s.status IN ('scheduled', 'running', 'compensating')
   AND ($1::text IS NULL OR s.saga_type = $1)
   AND CASE WHEN s.waiting THEN (s.wait_due_at IS NOT NULL AND s.wait_due_at < $2)
                                OR (s.wait_due_at IS NULL AND s.last_progress_at < $6)

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import asyncpg
 
-from coordinator.engine import Decision, Event, SagaState, TimerRequest
+from coordinator.engine import Decision, Event, SagaState, Status, TimerRequest
 from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
 from coordinator.store.nodes import UPSERT_NODES, dumps, node_writes, spine_json
@@ -150,8 +150,11 @@ def activity(state: SagaState) -> tuple[str, str | None, str | None, int]:
 
 
 def deliberate_wait(state: SagaState) -> tuple[bool, datetime | None]:
-    """Whether the saga only waits on purpose (a sleep, a wait for a signal; no command in
-    flight), and the latest time one of those waits ends (None: one has no timeout)."""
+    """Whether the saga only waits on purpose (a delayed start, a sleep, a wait for a signal;
+    no command in flight), and the latest time one of those waits ends (None: one has no
+    timeout)."""
+    if state.status is Status.SCHEDULED:
+        return True, state.start_at
     waits = state.waiting_nodes()
     if not waits or state.active_steps():
         return False, None

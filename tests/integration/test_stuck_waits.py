@@ -78,3 +78,17 @@ async def test_sleeping_and_waiting_sagas_are_stuck_only_past_their_due_time(
     assert nap not in await _stuck(s, clock)
     clock.advance(timedelta(days=27, minutes=10))  # the 30-day sleep is overdue too
     assert nap in await _stuck(s, clock)
+
+
+async def test_a_scheduled_saga_is_stuck_only_once_its_start_is_overdue(
+    store: tuple[SagaStore, ManualClock],
+) -> None:
+    s, clock = store
+    later = (await s.start_saga("nap", {}, start_at=clock.now + timedelta(days=3))
+             ).record.saga_id
+    clock.advance(timedelta(days=2))
+    assert await _stuck(s, clock) == set()  # scheduled, on purpose
+    clock.advance(timedelta(days=1, minutes=10))  # its start timer did not fire
+    assert await _stuck(s, clock) == {later}
+    [why] = await list_stuck(s.pool, POLICY, now=clock.now)
+    assert why.reasons == ("wait_overdue",)
