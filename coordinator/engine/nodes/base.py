@@ -27,6 +27,7 @@ __all__ = [
     "Kind",
     "Progress",
     "Scope",
+    "abandon_wait",
     "children",
     "context",
     "enter",
@@ -158,6 +159,21 @@ def finish(w: Work, key: str, phase: StepPhase) -> None:
     if phase is StepPhase.SUCCEEDED:
         changes["completed_seq"] = w.next_completion()
     w.update_step(key, **changes)
+
+
+def abandon_wait(w: Work, key: str, phase: StepPhase, note: str) -> Progress:
+    """Undo of a node that only waits (a sleep, a signal wait): drop its timer, mark it given up.
+
+    Nothing was applied, so there is nothing to compensate; a node not waiting is left as is.
+    """
+    state = w.steps.get(key)
+    if state is not None and state.phase is phase:
+        if state.timer is not None:
+            w.drop_timer(state.timer)
+        w.update_step(key, phase=StepPhase.FAILED, timer=None, finished_at=w.now,
+                      abandoned=True, note="abandoned: its branch is being undone")
+        w.note(f"{key}: {note}")
+    return Progress.DONE
 
 
 def existing(w: Work, pairs: Iterable[tuple[CompiledNode, str, Scope]]

@@ -17,7 +17,7 @@ from uuid import UUID
 from coordinator.engine.compiled import CompiledNode, CompiledSleep
 from coordinator.engine.decision import TimerRequest
 from coordinator.engine.events import TimerFired, TimerKind
-from coordinator.engine.nodes.base import Kind, Progress, Scope, context
+from coordinator.engine.nodes.base import Kind, Progress, Scope, abandon_wait, context
 from coordinator.engine.state import StepPhase
 
 if TYPE_CHECKING:
@@ -91,14 +91,7 @@ def wake(w: Work, event: TimerFired) -> str | None:
 
 def undo(w: Work, node: CompiledSleep, key: str, scope: Scope) -> Progress:
     """Nothing was applied; a sleep cut short drops its timer."""
-    state = w.steps.get(key)
-    if state is not None and state.phase is StepPhase.SLEEPING:
-        if state.timer is not None:
-            w.drop_timer(state.timer)
-        w.update_step(key, phase=StepPhase.FAILED, timer=None, finished_at=w.now,
-                      abandoned=True, note="abandoned: its branch is being undone")
-        w.note(f"{key}: sleep cut short, timer dropped")
-    return Progress.DONE
+    return abandon_wait(w, key, StepPhase.SLEEPING, "sleep cut short, timer dropped")
 
 
 def result(w: Work, node: CompiledSleep, key: str, scope: Scope) -> Any:

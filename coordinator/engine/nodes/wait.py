@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.engine.compiled import CompiledNode, CompiledWait
 from coordinator.engine.decision import ConsumedSignal, TimerRequest
 from coordinator.engine.events import TimerFired, TimerKind
-from coordinator.engine.nodes.base import Kind, Progress, Scope
+from coordinator.engine.nodes.base import Kind, Progress, Scope, abandon_wait
 from coordinator.engine.state import StepPhase
 
 if TYPE_CHECKING:
@@ -93,14 +93,8 @@ def timed_out(w: Work, event: TimerFired) -> str | None:
 
 
 def undo(w: Work, node: CompiledWait, key: str, scope: Scope) -> Progress:
-    state = w.steps.get(key)
-    if state is not None and state.phase is StepPhase.WAITING:
-        if state.timer is not None:
-            w.drop_timer(state.timer)
-        w.update_step(key, phase=StepPhase.FAILED, timer=None, finished_at=w.now,
-                      abandoned=True, note="abandoned: its branch is being undone")
-        w.note(f"{key}: wait for signal {node.signal!r} given up")
-    return Progress.DONE
+    """Nothing was applied; a wait given up drops its timeout timer."""
+    return abandon_wait(w, key, StepPhase.WAITING, f"wait for signal {node.signal!r} given up")
 
 
 def result(w: Work, node: CompiledWait, key: str, scope: Scope) -> Any:
