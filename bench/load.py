@@ -138,7 +138,7 @@ class Driver:
         return fut
 
     async def warm_up(self, count: int, limit_s: float) -> None:
-        """Run ``count`` sagas to the end: every consumer has joined its group afterwards."""
+        """Run ``count`` sagas to the end: each participant has joined its group afterwards."""
         self.watcher.start()
         futs = [await self.start_one(time.time()) for _ in range(count)]
         async with asyncio.timeout(limit_s):

@@ -151,6 +151,7 @@ async def _closed(stack: Stack, saga_name: str, steps: int, config: BenchConfig,
                   duration: float) -> dict[str, Any]:
     async with _driver(stack, saga_name, steps) as driver:
         await _guarded(stack, driver.warm_up(WARMUP_SAGAS, limit_s=180))
+        await _guarded(stack, stack.coordinators_joined())
         snaps: dict[str, dict[str, Any]] = {}
 
         async def mark(which: str) -> None:
@@ -169,6 +170,7 @@ async def _open(stack: Stack, saga_name: str, steps: int, config: BenchConfig, r
                 ) -> dict[str, Any]:
     async with _driver(stack, saga_name, steps) as driver:
         await _guarded(stack, driver.warm_up(WARMUP_SAGAS, limit_s=180))
+        await _guarded(stack, stack.coordinators_joined())
         del driver.started_ids[:]
         result = await _guarded(stack, driver.open_loop(rate, config.open_duration))
         out = _load_json(result)

@@ -174,7 +174,7 @@ class Stack:
             out.append((f"coordinator{i + 1}", ["-m", "coordinator", "worker"],
                         {**common, "SAGAFLOW_DSN": self.coordinator_dsn,
                          "SAGAFLOW_SAGAS": ",".join(self.sagas),
-                         "SAGAFLOW_GROUP_ID": f"sagaflow-coordinator-{self.run_id}"}))
+                         "SAGAFLOW_GROUP_ID": self.coordinator_group}))
         for i in range(self.relays):
             out.append((f"relay{i + 1}", ["-m", "outbox_relay"],
                         {"SAGAFLOW_RELAY_POSTGRES_DSN": self.coordinator_dsn,
@@ -302,6 +302,31 @@ class Stack:
             await conn.close()
         return {r["pid"]: cpu_seconds(r["pid"]) for r in rows
                 if r["pid"] not in (exclude or set())}
+
+    @property
+    def coordinator_group(self) -> str:
+        return f"sagaflow-coordinator-{self.run_id}"
+
+    async def coordinators_joined(self, limit_s: float = 60) -> None:
+        """Wait until every coordinator holds partitions in one settled consumer group.
+
+        A warm-up can finish on the first coordinator alone; the others joining later would
+        rebalance the group (seconds without replies) inside the measured window.
+        """
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka)
+        await admin.start()
+
+        async def settled() -> bool:
+            (response,) = await admin.describe_consumer_groups([self.coordinator_group])
+            group = response.to_object()["groups"][0]
+            members = group["members"]
+            return (group["state"] == "Stable" and len(members) == self.coordinators
+                    and all(m["member_assignment"] for m in members))
+
+        try:
+            await wait_for(settled, limit_s, f"{self.coordinators} coordinators in the group")
+        finally:
+            await admin.close()
 
     async def kafka_messages(self) -> dict[str, int]:
         """Messages written so far to each topic of this stack (end offsets; topics are new)."""
