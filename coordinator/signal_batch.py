@@ -1,11 +1,12 @@
 """Applying a batch of signal records from ``{prefix}.signals``; bad ones become dead letters.
 
-Each signal is its own transaction (:meth:`SagaStore.signal`): a saga row locked, the signal
-row inserted once per id, the core applied. A record that cannot be decoded, or that the
-store refuses for good (unknown saga or signal, a payload failing its model, a finished saga)
-is kept as a dead letter with the reason; only database trouble raises, so the batch is
-fetched again (signals already applied are then duplicates, applied once). The worker's
-signal loop and the signal function (:mod:`coordinator.functions`) both call it.
+The whole batch is ONE transaction (:meth:`SagaStore.signal_many`): its sagas locked in id
+order, each signal row inserted once per id, the core applied to each in record order. A
+record that cannot be decoded, or that the store refuses for good (unknown saga or signal, a
+payload failing its model, a finished saga) is kept as a dead letter with the reason, in that
+transaction; only database trouble raises, so the batch is fetched again (signals already
+applied are then duplicates, applied once). The worker's signal loop and the signal function
+(:mod:`coordinator.functions`) both call it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.engine import EngineError
 from coordinator.signal_wire import decode_signal
-from coordinator.store import SagaStore, StoreError, TransientStoreError
-from coordinator.store.store import CONNECTION_ERRORS
+from coordinator.store import PendingSignal, SagaStore, SignalResult
 from participant_sdk.dead_letters import DeadLetter
 from participant_sdk.protocol import ProtocolError
 
@@ -38,6 +37,8 @@ class SignalBatch:
 
 async def handle_signal_batch(store: SagaStore, records: Sequence[Any]) -> SignalBatch:
     out = SignalBatch()
+    requests: list[PendingSignal] = []
+    undecodable: list[DeadLetter] = []
     for record in records:
         letter = DeadLetter(source=SIGNAL_SOURCE, reason="", payload=record.value,
                             key=record.key,
@@ -48,17 +49,19 @@ async def handle_signal_batch(store: SagaStore, records: Sequence[Any]) -> Signa
             if record.value is None:
                 raise ProtocolError("record has no value")
             envelope = decode_signal(record.value)
-            result = await store.signal(envelope.saga_id, envelope.name, envelope.payload,
-                                        signal_id=envelope.signal_id,
-                                        actor=f"kafka:{envelope.sender or 'unknown'}")
-        except (TransientStoreError, *CONNECTION_ERRORS):
-            raise
-        except (ProtocolError, StoreError, EngineError) as exc:
-            await store.record_dead_letters([replace(letter, reason=str(exc))])
-            out.dead_lettered += 1
+        except ProtocolError as exc:
+            undecodable.append(replace(letter, reason=str(exc)))
             continue
-        if result.duplicate:
+        requests.append(PendingSignal(envelope.saga_id, envelope.name, envelope.signal_id,
+                                      envelope.payload,
+                                      actor=f"kafka:{envelope.sender or 'unknown'}",
+                                      dead_letter=letter))
+    for answer in await store.signal_many(requests, dead_letters=undecodable):
+        if not isinstance(answer, SignalResult):
+            out.dead_lettered += 1
+        elif answer.duplicate:
             out.duplicates += 1
         else:
             out.applied += 1
+    out.dead_lettered += len(undecodable)
     return out

@@ -126,6 +126,19 @@ class TimerRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingSignal:
+    """One signal for :meth:`SagaStore.signal_many`. ``dead_letter`` is kept (in the same
+    transaction, its ``reason`` filled in) when the signal is refused for good."""
+
+    saga_id: UUID
+    name: str
+    signal_id: str
+    payload: Any = None
+    actor: str = "api"
+    dead_letter: DeadLetter | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SignalResult:
     """A signal accepted for a saga: ``duplicate`` when that id was already applied;
     ``started`` when signal-with-start created the saga."""

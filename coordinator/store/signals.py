@@ -15,12 +15,20 @@ from coordinator.engine import CompiledSaga
 from coordinator.store.errors import InvalidSignalPayload, UnknownSignal
 from coordinator.store.nodes import dumps
 
-__all__ = ["insert_signal", "mark_consumed", "signal_payload", "signal_stored"]
+__all__ = ["insert_signals", "mark_consumed", "signal_payload", "stored_signals"]
 
 _INSERT: Final = """
 INSERT INTO saga_signals (saga_id, signal_id, name, payload, sender, received_at)
-VALUES ($1, $2, $3, $4::json, $5, $6) ON CONFLICT (saga_id, signal_id) DO NOTHING
-RETURNING true
+SELECT saga_id, signal_id, name, payload::json, sender, $6
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+    AS u(saga_id, signal_id, name, payload, sender)
+ON CONFLICT (saga_id, signal_id) DO NOTHING
+"""
+
+_STORED: Final = """
+SELECT s.saga_id, s.signal_id FROM saga_signals s
+JOIN unnest($1::uuid[], $2::text[]) AS u(saga_id, signal_id)
+  ON s.saga_id = u.saga_id AND s.signal_id = u.signal_id
 """
 
 _CONSUMED: Final = """
@@ -49,19 +57,23 @@ def signal_payload(definition: CompiledSaga, name: str, payload: Any) -> dict[st
         raise InvalidSignalPayload(name, exc.errors(include_url=False)) from exc
 
 
-async def signal_stored(conn: asyncpg.Connection, saga_id: UUID, signal_id: str) -> bool:
-    """That signal id was already applied to this saga (checked with the saga row locked)."""
-    return bool(await conn.fetchval(
-        "SELECT true FROM saga_signals WHERE saga_id = $1 AND signal_id = $2",
-        saga_id, signal_id))
+async def stored_signals(conn: asyncpg.Connection, keys: Sequence[tuple[UUID, str]]
+                         ) -> set[tuple[UUID, str]]:
+    """Which (saga id, signal id) pairs were already applied (read with the sagas locked)."""
+    if not keys:
+        return set()
+    rows = await conn.fetch(_STORED, [k[0] for k in keys], [k[1] for k in keys])
+    return {(r["saga_id"], r["signal_id"]) for r in rows}
 
 
-async def insert_signal(conn: asyncpg.Connection, saga_id: UUID, signal_id: str, name: str,
-                        payload: dict[str, Any], sender: str, now: datetime) -> bool:
-    """Store the signal; False when that id was already stored for this saga (a resend)."""
-    inserted = await conn.fetchval(_INSERT, saga_id, signal_id, name, dumps(payload), sender,
-                                   now)
-    return bool(inserted)
+async def insert_signals(conn: asyncpg.Connection,
+                         rows: Sequence[tuple[UUID, str, str, dict[str, Any], str]],
+                         now: datetime) -> None:
+    """Store (saga id, signal id, name, payload, sender) signals in one statement."""
+    if rows:
+        await conn.execute(_INSERT, [r[0] for r in rows], [r[1] for r in rows],
+                           [r[2] for r in rows], [dumps(r[3]) for r in rows],
+                           [r[4] for r in rows], now)
 
 
 async def mark_consumed(conn: asyncpg.Connection,

@@ -69,6 +69,7 @@ from coordinator.store.records import (
     ApplyResult,
     HistoryRecord,
     PendingEvent,
+    PendingSignal,
     SagaPage,
     SagaRecord,
     SignalResult,
@@ -76,7 +77,7 @@ from coordinator.store.records import (
     TimerRecord,
     VerifyResult,
 )
-from coordinator.store.signals import insert_signal, signal_payload, signal_stored
+from coordinator.store.signals import insert_signals, signal_payload, stored_signals
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.pools import create_pool
 from participant_sdk.protocol import Phase
@@ -114,6 +115,13 @@ _ATTEMPTS: Final = 5
 #: Nodes (of all sagas) whose latest states each store keeps in memory by default: about
 #: 100-200 MB at most, 10,000 ten-node sagas or 100 thousand-item for-eaches.
 STATE_CACHE_NODES: Final = 100_000
+
+
+def _accepted(answer: SignalResult | Exception) -> SignalResult:
+    """A single signal's answer, raised when it is a refusal (the transaction then ends)."""
+    if isinstance(answer, SignalResult):
+        return answer
+    raise answer
 
 
 def utcnow() -> datetime:
@@ -380,14 +388,41 @@ class SagaStore:
         One transaction: the saga row locked, the signal row inserted (a duplicate id stops
         here), the signal applied by the core. Raises :class:`SagaNotFound`,
         :class:`UnknownSignal`, :class:`InvalidSignalPayload` or :class:`SagaFinished`."""
-        sid = signal_id or str(uuid4())
+        request = PendingSignal(saga_id, name, signal_id or str(uuid4()), payload, actor)
 
         async def work(conn: asyncpg.Connection) -> tuple[SignalResult, datetime | None]:
-            return await self._signal_in(conn, saga_id, name, payload, sid, actor)
+            answers, earliest = await self._signals_in(conn, [request])
+            return _accepted(answers[0]), earliest
 
         result, earliest = await self._retrying(work)
         self._notify_timers(earliest)
         return result  # type: ignore[no-any-return]
+
+    async def signal_many(self, requests: Sequence[PendingSignal], *,
+                          dead_letters: Sequence[DeadLetter] = ()
+                          ) -> list[SignalResult | Exception]:
+        """Deliver many signals in ONE transaction; answers follow ``requests`` order.
+
+        Each answer is what :meth:`signal` would return or raise for that request alone
+        (signals to one saga apply in the given order, a repeated id once). A refused signal
+        writes nothing but its ``dead_letter``, if any, kept with the reason, as are the
+        ``dead_letters`` given (records that never became signals)."""
+        if not requests and not dead_letters:
+            return []
+
+        async def work(conn: asyncpg.Connection
+                       ) -> tuple[list[SignalResult | Exception], datetime | None]:
+            answers, earliest = await self._signals_in(conn, requests)
+            refused = [replace(r.dead_letter, reason=str(a))
+                       for r, a in zip(requests, answers, strict=True)
+                       if r.dead_letter is not None and not isinstance(a, SignalResult)]
+            for letter in [*dead_letters, *refused]:
+                await record_dead_letter(conn, letter)
+            return answers, earliest
+
+        answers, earliest = await self._retrying(work)
+        self._notify_timers(earliest)
+        return answers  # type: ignore[no-any-return]
 
     async def signal_with_start(self, saga_type: str, input: Any, saga_id: UUID, name: str,
                                 payload: Any = None, *, signal_id: str | None = None,
@@ -398,40 +433,63 @@ class SagaStore:
         the start and no saga starts without its signal."""
         definition, event, digest = self._start_event(saga_type, input, saga_id, version,
                                                       None)
-        sid = signal_id or str(uuid4())
+        request = PendingSignal(saga_id, name, signal_id or str(uuid4()), payload, actor)
 
         async def work(conn: asyncpg.Connection) -> tuple[SignalResult, datetime | None]:
             _, created, first = await self._start_in(conn, definition, event, digest, actor)
-            result, earliest = await self._signal_in(conn, saga_id, name, payload, sid, actor)
+            answers, earliest = await self._signals_in(conn, [request])
             due = [d for d in (first, earliest) if d is not None]
-            return replace(result, started=created), min(due) if due else None
+            return replace(_accepted(answers[0]), started=created), min(due) if due else None
 
         result, earliest = await self._retrying(work)
         self._notify_timers(earliest)
         return result  # type: ignore[no-any-return]
 
-    async def _signal_in(self, conn: asyncpg.Connection, saga_id: UUID, name: str,
-                         payload: Any, signal_id: str, actor: str
-                         ) -> tuple[SignalResult, datetime | None]:
-        row = await conn.fetchrow(LOCK_SAGAS, [saga_id])
-        if row is None:
-            raise SagaNotFound(saga_id)
-        saga = LockedSaga.from_row(row)
-        definition = self._definition_of(saga)
-        data = signal_payload(definition, name, payload)
-        if await signal_stored(conn, saga_id, signal_id):  # a resend: same answer, even late
-            return SignalResult(saga_id, signal_id, name, duplicate=True), None
-        await self._load_bases(conn, [saga])
-        state = _state(saga)
-        if state.status.is_terminal:
-            raise SagaFinished(saga_id, state.status.value)
+    async def _signals_in(self, conn: asyncpg.Connection, requests: Sequence[PendingSignal]
+                          ) -> tuple[list[SignalResult | Exception], datetime | None]:
+        """Lock the sagas (id order), skip the ids already stored, apply the rest in order;
+        one statement inserts the new signal rows, one write the changes."""
+        rows = await conn.fetch(LOCK_SAGAS, sorted({r.saga_id for r in requests}))
+        locked = {row["id"]: LockedSaga.from_row(row) for row in rows}
+        await self._load_bases(conn, locked.values())
+        stored = await stored_signals(conn, [(r.saga_id, r.signal_id) for r in requests])
         now = self._clock()
-        await insert_signal(conn, saga_id, signal_id, name, data, actor, now)
-        event = SignalReceived(signal_id=signal_id, name=name, payload=data, sender=actor)
-        decision = advance(definition, state, event, now)
-        change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
-        earliest = await self._write(conn, [change])
-        return SignalResult(saga_id, signal_id, name, duplicate=False), earliest
+        states: dict[UUID, SagaState] = {}
+        answers: list[SignalResult | Exception] = []
+        inserts: list[tuple[UUID, str, str, dict[str, Any], str]] = []
+        changes: list[Change] = []
+        for request in requests:
+            saga_id, signal_id, name = request.saga_id, request.signal_id, request.name
+            saga = locked.get(saga_id)
+            try:
+                if saga is None:
+                    raise SagaNotFound(saga_id)
+                definition = self._definition_of(saga)
+                data = signal_payload(definition, name, request.payload)
+                if (saga_id, signal_id) in stored:  # a resend: same answer, even late
+                    answers.append(SignalResult(saga_id, signal_id, name, duplicate=True))
+                    continue
+                state = states.get(saga_id) or _state(saga)
+                if state.status.is_terminal:
+                    raise SagaFinished(saga_id, state.status.value)
+                event = SignalReceived(signal_id=signal_id, name=name, payload=data,
+                                       sender=request.actor)
+                decision = advance(definition, state, event, now)
+            except (StoreError, EngineError) as exc:
+                answers.append(exc)
+                continue
+            except Exception as exc:  # a failing mapper or guard must not stop the batch
+                log.exception("advance failed for saga %s", saga_id)
+                answers.append(exc)
+                continue
+            stored.add((saga_id, signal_id))
+            inserts.append((saga_id, signal_id, name, data, request.actor))
+            saga.history_seq += 1
+            states[saga_id] = decision.state
+            changes.append(Change(saga, saga.history_seq, event, decision, now, request.actor))
+            answers.append(SignalResult(saga_id, signal_id, name, duplicate=False))
+        await insert_signals(conn, inserts, now)
+        return answers, await self._write(conn, changes)
 
     async def _start_in(self, conn: asyncpg.Connection, definition: CompiledSaga,
                         event: SagaStarted, digest: bytes, actor: str
