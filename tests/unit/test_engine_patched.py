@@ -111,6 +111,21 @@ def test_rollback_undoes_the_path_taken() -> None:
     check_replay(run.sim)
 
 
+def test_a_guard_whose_inner_guard_skipped_everything_is_undone_in_completion_order() -> None:
+    # A nested guard whose path ran nothing (its step skipped) is not "unfinished": the outer
+    # guard completed with x, before y, so the rollback undoes y first, then x.
+    skipped = step("never", when=lambda ctx: False)
+    run = new_run(_v(Patched("outer", new=(step("x"), Patched("inner", new=skipped))),
+                     step("y"), step("boom")))
+    run.world.answer(run.sim, run.sim.last())  # x
+    run.world.answer(run.sim, run.sim.last())  # y
+    run.world.answer(run.sim, run.sim.last(), Outcome.REJECTED, ErrorKind.BUSINESS)
+    drain(run)
+    assert run.sim.current.steps["never"].phase.value == "skipped"
+    assert [s for s, p in sent(run.sim) if p == "compensate"] == ["boom", "y", "x"]
+    check_replay(run.sim)
+
+
 def test_the_exported_machine_shows_both_paths() -> None:
     states = set(AFTER.states)
     assert {"charge.executing", "charge_v2.executing", "fraud.executing"} <= states

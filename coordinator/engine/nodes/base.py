@@ -193,8 +193,16 @@ def completed_seq(w: Work, node: CompiledNode, key: str, scope: Scope) -> int | 
     if not is_guard(node):
         return w.step(key).completed_seq
     seqs = [completed_seq(w, c, k, s) for c, k, s in children(w, node, key, scope)
-            if is_guard(c) or w.step(k).phase not in (StepPhase.PENDING, StepPhase.SKIPPED)]
+            if ran(w, c, k, s)]
     return None if not seqs or None in seqs else max(s for s in seqs if s is not None)
+
+
+def ran(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
+    """The node instance started (a guard: a node of its path did). One that did not has no
+    completion to order by: a nested guard whose path was all skipped is not unfinished."""
+    if is_guard(node):
+        return any(ran(w, c, k, s) for c, k, s in children(w, node, key, scope))
+    return w.step(key).phase not in (StepPhase.PENDING, StepPhase.SKIPPED)
 
 
 def skipped(w: Work, key: str) -> bool:
