@@ -26,9 +26,12 @@ _DONE_PHASE = {
 def start(w: Work, spec: CompiledStep, key: str, scope: Scope) -> Progress:
     """Run the guard and the payload mapper, then send the forward command or skip."""
     try:
-        ctx = context(w, scope)
-        runs = spec.when(ctx) if spec.when is not None else True
-        payload = spec.payload(ctx) if spec.payload is not None and runs else w.get("input")
+        if spec.when is None and spec.payload is None:  # no user function: no context to build
+            runs, payload = True, w.get("input")
+        else:
+            ctx = context(w, scope)
+            runs = spec.when(ctx) if spec.when is not None else True
+            payload = spec.payload(ctx) if spec.payload is not None and runs else w.get("input")
     except Exception as exc:  # a user mapper failing is this step failing for good
         fail(w, key, spec.forward_phase, "mapper", f"{type(exc).__name__}: {exc}",
              retryable=False)

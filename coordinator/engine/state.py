@@ -332,11 +332,17 @@ def replace(model: _M, changes: dict[str, Any]) -> _M:
     return new
 
 
+_FIELD_NAMES: dict[type[BaseModel], frozenset[str]] = {}
+
+
 def trusted(cls: type[_M], **values: Any) -> _M:
     """``cls(**values)`` for values the engine built itself, already of the fields' types:
     no validation (pydantic's ``model_construct`` is slower than validating small models).
     Every field must be given, defaults included."""
-    assert values.keys() == cls.model_fields.keys(), (cls.__name__, set(values))
+    fields = _FIELD_NAMES.get(cls)
+    if fields is None:  # ``cls.model_fields`` is a slow property: read it once per class
+        fields = _FIELD_NAMES[cls] = frozenset(cls.model_fields)
+    assert values.keys() == fields, (cls.__name__, set(values))
     new = object.__new__(cls)
     object.__setattr__(new, "__dict__", values)
     object.__setattr__(new, "__pydantic_fields_set__", set(values))

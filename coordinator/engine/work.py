@@ -24,8 +24,9 @@ from coordinator.engine.state import (
     StepPhase,
     StepState,
     replace,
+    trusted,
 )
-from participant_sdk.protocol import CommandEnvelope, Phase
+from participant_sdk.protocol import PROTOCOL_VERSION, CommandEnvelope, Phase
 
 __all__ = ["ACTIVE_PHASE", "Work", "message_id", "timer_id"]
 
@@ -184,7 +185,11 @@ class Work:
         if spec.kind is StepKind.CHILD:
             self._ask_child(spec, key, phase, attempt, mid, payload)
         else:
-            envelope = CommandEnvelope(
+            # Built by the engine from checked values (names are checked when the saga is
+            # defined): no validation on the hot path.
+            envelope = trusted(
+                CommandEnvelope,
+                protocol=PROTOCOL_VERSION,
                 message_id=mid,
                 saga_id=saga_id,
                 saga_type=self._state.saga_type,
@@ -196,18 +201,16 @@ class Work:
                 payload=payload,
                 reply_to=self.definition.reply_topic,
             )
-            self.commands.append(
-                OutgoingCommand(topic=self.definition.command_topic(spec), envelope=envelope)
-            )
+            topic = self.definition.command_topic(spec)
+            self.commands.append(trusted(OutgoingCommand, topic=topic, envelope=envelope))
         deadline = self.add_timer(key, phase, attempt, TimerKind.DEADLINE,
                                   self.now + spec.deadline_for(phase))
         self.update_step(
             key,
             phase=ACTIVE_PHASE[phase],
             attempts={**step.attempts, phase: attempt},
-            outstanding=Outstanding(message_id=mid, phase=phase,
-                                    attempt=attempt, sent_at=self.now,
-                                    deadline_timer=deadline),
+            outstanding=trusted(Outstanding, message_id=mid, phase=phase, attempt=attempt,
+                                sent_at=self.now, deadline_timer=deadline),
             retry_timer=None,
             sent=step.sent or phase.is_forward,
             started_at=step.started_at or self.now,
@@ -241,8 +244,8 @@ class Work:
         self, key: str, phase: Phase, attempt: int, kind: TimerKind, due_at: datetime
     ) -> str:
         tid = timer_id(self._state.saga_id, key, phase, attempt, kind)
-        self.timers.append(TimerRequest(timer_id=tid, due_at=due_at, step=key, phase=phase,
-                                        attempt=attempt, kind=kind))
+        self.timers.append(trusted(TimerRequest, timer_id=tid, due_at=due_at, step=key,
+                                   phase=phase, attempt=attempt, kind=kind))
         return tid
 
     def drop_timer(self, tid: str) -> None:

@@ -23,13 +23,14 @@ __all__ = [
     "UPSERT_NODES",
     "NodeWrites",
     "StateCache",
-    "assemble",
     "dumps",
     "load_nodes",
     "load_states",
     "load_stored",
     "node_writes",
     "spine_json",
+    "state_from_rows",
+    "steps_json",
     "stored_json",
 ]
 
@@ -51,6 +52,16 @@ WHERE n.saga_id = d.saga_id AND n.key = d.key
 
 _LOAD_SPINES: Final = "SELECT id, snapshot, input FROM sagas WHERE id = ANY($1::uuid[])"
 
+#: Spine, input and every node row of each saga, the nodes put together as one JSON object
+#: by Postgres (one round trip and one row per saga).
+_LOAD_STATES: Final = """
+SELECT s.id, s.snapshot, s.input, coalesce((
+    SELECT '{' || string_agg(to_json(n.key)::text || ':' || n.state::text, ',' ORDER BY n.ordinal)
+           || '}'
+    FROM saga_nodes n WHERE n.saga_id = s.id), '{}') AS steps
+FROM sagas s WHERE s.id = ANY($1::uuid[])
+"""
+
 _LOAD_NODES: Final = """
 SELECT saga_id, key, state FROM saga_nodes WHERE saga_id = ANY($1::uuid[])
 ORDER BY saga_id, ordinal
@@ -64,7 +75,7 @@ def dumps(value: Any) -> str:
 
 def spine_json(state: SagaState) -> str:
     """The spine column's text: the state without its input and nodes."""
-    return dumps(state.model_dump(mode="json", exclude=_OUTSIDE_SPINE))
+    return state.model_dump_json(exclude=_OUTSIDE_SPINE)
 
 
 class NodeWrites:
@@ -116,7 +127,7 @@ class NodeWrites:
         self.saga_ids.append(saga_id)
         self.keys.append(key)
         self.ordinals.append(ordinal)
-        self.states.append(dumps(node.model_dump(mode="json")))
+        self.states.append(node.model_dump_json())
 
     def _delete(self, saga_id: UUID, key: str) -> None:
         self.gone_ids.append(saga_id)
@@ -147,9 +158,17 @@ def stored_json(spine: Mapping[str, Any], input: Any, nodes: Sequence[tuple[str,
     return {**spine, "input": input, "steps": {key: json.loads(text) for key, text in nodes}}
 
 
-def assemble(spine: Mapping[str, Any], input: Any, nodes: Sequence[tuple[str, str]]
-             ) -> SagaState:
-    return SagaState.from_json(stored_json(spine, input, nodes))
+def state_from_rows(spine: str, input: str, steps: str) -> SagaState:
+    """The state from its columns' JSON texts (``steps``: the node rows as one JSON object,
+    see :func:`steps_json`), put together as text and decoded in one pass: no Python dicts
+    on the way (loading states is on the path of every timer and uncached reply)."""
+    return SagaState.model_validate_json(
+        f'{spine.rstrip()[:-1]},"input":{input},"steps":{steps}}}')
+
+
+def steps_json(nodes: Sequence[tuple[str, str]]) -> str:
+    """Node rows (key, JSON text), in their order, as the text of one JSON object."""
+    return "{" + ",".join(f"{dumps(key)}:{text}" for key, text in nodes) + "}"
 
 
 async def load_nodes(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
@@ -177,8 +196,10 @@ async def load_stored(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
 async def load_states(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
                       ) -> dict[UUID, SagaState]:
     """The state of each saga in ``saga_ids`` that exists."""
-    stored = await load_stored(conn, saga_ids)
-    return {sid: SagaState.from_json(data) for sid, data in stored.items()}
+    if not saga_ids:
+        return {}
+    return {r["id"]: state_from_rows(r["snapshot"], r["input"], r["steps"])
+            for r in await conn.fetch(_LOAD_STATES, list(saga_ids))}
 
 
 class StateCache:

@@ -14,7 +14,7 @@ import asyncpg
 from coordinator.engine import CompiledSaga, SagaState, event_from_json, replay
 from coordinator.engine.decide import replay_from
 from coordinator.store.errors import SagaNotFound, StoreError
-from coordinator.store.nodes import assemble, dumps, load_nodes, load_stored
+from coordinator.store.nodes import dumps, load_nodes, load_stored, state_from_rows, steps_json
 from coordinator.store.records import (
     HistoryRecord,
     SagaPage,
@@ -48,7 +48,7 @@ def saga_record(row: Mapping[str, Any], nodes: Sequence[tuple[str, str]]) -> Sag
         saga_type=row["saga_type"],
         version=row["saga_version"],
         status=row["status"],
-        state=assemble(json.loads(row["snapshot"]), json.loads(row["input"]), nodes),
+        state=state_from_rows(row["snapshot"], row["input"], steps_json(nodes)),
         trace_context=json.loads(row["trace_context"]),
         history_seq=row["history_seq"],
         created_at=row["created_at"],

@@ -239,12 +239,12 @@ class SagaStore:
 
     def definition(self, saga_type: str, version: int | None = None) -> CompiledSaga:
         """The compiled definition, or :class:`UnknownSagaType` / :class:`UnknownSagaVersion`."""
-        known = _known_types(self.registry)
         try:
             if version is None:
                 return self.registry.latest(saga_type)
             return self.registry.get(saga_type, version)
         except (KeyError, LookupError, ValueError) as exc:
+            known = _known_types(self.registry)  # only for the error: lookups are on every apply
             if known is not None and saga_type not in known:
                 raise UnknownSagaType(saga_type, known) from exc
             if version is None:

@@ -22,7 +22,7 @@ from coordinator.engine import SagaState, event_from_json
 from coordinator.engine.events import Event
 from coordinator.engine.state import StepState
 from coordinator.signal_wire import decode_signal
-from coordinator.store.nodes import assemble, dumps, spine_json
+from coordinator.store.nodes import dumps, spine_json, state_from_rows, steps_json
 from coordinator.store.store import _Timer
 from participant_sdk.protocol import decode_command, decode_reply
 
@@ -62,7 +62,7 @@ def _nodes(doc: Any) -> Any:
 
 def _spine(doc: Any) -> Any:
     """The spine column read as the store reads it: with the input and node rows."""
-    state = assemble(doc, {}, [])
+    state = state_from_rows(dumps(doc), "{}", "{}")
     return json.loads(spine_json(state))
 
 
@@ -178,7 +178,8 @@ def test_the_node_rows_and_spine_assemble_the_snapshot() -> None:
     spine = json.loads((stored / "spine-running.json").read_text())
     rows = json.loads((stored / "nodes-running.json").read_text())
     nodes = [(r["key"], dumps(r["state"])) for r in sorted(rows, key=lambda r: r["ordinal"])]
-    _contains(assemble(spine, snapshot["input"], nodes).to_json(), snapshot, "assembled")
+    state = state_from_rows(dumps(spine), dumps(snapshot["input"]), steps_json(nodes))
+    _contains(state.to_json(), snapshot, "assembled")
 
 
 def test_a_format_newer_than_the_reader_is_refused() -> None:
