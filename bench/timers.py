@@ -8,12 +8,18 @@ timer deleted). The firing store is a fresh one (nothing cached: the coordinator
 days-long sleep is rarely the one that started it), unless ``--warm``.
 
     python -m bench.timers --dsn postgresql://postgres@127.0.0.1:55432/postgres --sagas 20000
+
+``--processes N`` fires from N processes at once (N coordinator replicas sharing the due
+timers through ``SKIP LOCKED``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -21,13 +27,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 from pydantic import BaseModel
 
+from bench.stack import cpu_seconds
 from coordinator.definition import Saga, SagaStep
 from coordinator.flow import Sleep
+from coordinator.gc_tuning import WORKER_GC_THRESHOLDS, tune_gc
 from coordinator.migrations import migrate
 from coordinator.registry import SagaRegistry
 from coordinator.store import SagaStore
@@ -134,6 +143,58 @@ async def fire_all(store: SagaStore, *, limit: int) -> Firing:
     return Firing(fired, seconds, calls, commands)
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+async def server_cpu(store: SagaStore) -> Callable[[], float]:
+    """A function reading the CPU seconds used so far by every process of this store's
+    Postgres server (the postmaster's children: backends, WAL writer, checkpointer)."""
+    async with store.pool.acquire() as conn:
+        postmaster = _parent(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    def read() -> float:
+        pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+        return sum(cpu_seconds(p) for p in pids if _parent(p) == postmaster)
+    return read
+
+
+async def fire_in_processes(dsn: str, processes: int, *, limit: int) -> Firing:
+    """Fire every due timer from ``processes`` separate processes at once, each with its own
+    fresh store, as that many coordinator replicas do (``SKIP LOCKED`` shares the timers
+    out); the rate runs from the first process's start to the last one's end."""
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.timers", "--fire", dsn, "--limit", str(limit),
+        stdout=asyncio.subprocess.PIPE) for _ in range(processes)]
+    outs = []
+    for proc in procs:
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"firing process exited with {proc.returncode}")
+        outs.append(json.loads(out))
+    seconds = max(o["end"] for o in outs) - min(o["began"] for o in outs)
+    conn = await asyncpg.connect(dsn)
+    try:
+        commands = await conn.fetchval("SELECT count(*) FROM sagaflow_outbox")
+    finally:
+        await conn.close()
+    return Firing(sum(o["fired"] for o in outs), seconds, sum(o["calls"] for o in outs),
+                  commands)
+
+
+async def _fire_child(dsn: str, limit: int) -> None:
+    """One firing process of :func:`fire_in_processes`: wall-clock start, end and counts."""
+    tune_gc()
+    async with await SagaStore.open(dsn, registry(), max_size=2) as store:
+        began = time.time()
+        firing = await fire_all(store, limit=limit)
+        print(json.dumps({"began": began, "end": time.time(), "fired": firing.fired,
+                          "calls": firing.calls}))
+
+
 def time_stages(store: SagaStore) -> defaultdict[str, float]:
     """Wrap the stages of a fire (load the stored states, run the core, write) to add up the
     seconds each takes; the rest of a call is the claim, the row locks and the commit."""
@@ -166,8 +227,10 @@ def time_stages(store: SagaStore) -> defaultdict[str, float]:
     return spent
 
 
-async def main(dsn: str, sagas: int, limit: int, warm: bool, stages: bool) -> None:
+async def main(dsn: str, sagas: int, limit: int, warm: bool, stages: bool,
+               processes: int, gc_thresholds: tuple[int, int, int]) -> None:
     spent: defaultdict[str, float] = defaultdict(float)
+    cpu: tuple[float, float] | None = None
     async with fresh_database(dsn) as url:
         empty = await database_bytes(url)
         async with await SagaStore.open(url, registry(), max_size=9) as store:
@@ -176,18 +239,31 @@ async def main(dsn: str, sagas: int, limit: int, warm: bool, stages: bool) -> No
             if warm:
                 spent = time_stages(store) if stages else spent
                 firing = await fire_all(store, limit=limit)
-        if not warm:
+        tune_gc(gc_thresholds)  # as ``coordinator worker`` does
+        if processes > 1:
+            firing = await fire_in_processes(url, processes, limit=limit)
+        elif not warm:
             async with await SagaStore.open(url, registry(), max_size=2) as store:
                 spent = time_stages(store) if stages else spent
+                postgres = await server_cpu(store)
+                before = (time.process_time(), postgres())
                 firing = await fire_all(store, limit=limit)
+                cpu = (time.process_time() - before[0], postgres() - before[1])
     per_saga = (full - empty) / sagas
     print(f"setup      : {sagas:,} sleeping sagas started in {setup:.1f}s "
           f"({sagas / setup:,.0f}/s, 8 concurrent)")
     print(f"storage    : {per_saga:,.0f} bytes per sleeping saga "
           f"({(full - empty) / 2**20:,.1f} MiB for {sagas:,}; tables {', '.join(SAGA_TABLES)})")
     print(f"firing     : {firing.fired:,} timers fired and applied in {firing.seconds:.2f}s = "
-          f"{firing.rate:,.0f}/s (limit {limit}, {firing.calls} calls, "
-          f"{'warm' if warm else 'cold'} cache); {firing.commands:,} commands enqueued")
+          f"{firing.rate:,.0f}/s (limit {limit}, {firing.calls} calls, {processes} "
+          f"process(es), {'warm' if warm else 'cold'} cache, gc thresholds {gc_thresholds}); "
+          f"{firing.commands:,} commands enqueued")
+    if cpu is not None:
+        python, server = (c / firing.fired * 1e6 for c in cpu)
+        print(f"cpu        : {python + server:,.0f} us per timer = this process {python:,.0f} "
+              f"+ the Postgres server {server:,.0f} (a ceiling of "
+              f"{(os.cpu_count() or 1) / (python + server) * 1e6:,.0f}/s on "
+              f"{os.cpu_count()} cores with nothing else running)")
     if spent:
         total = spent.pop("total")
         rest = total - sum(spent.values())
@@ -205,5 +281,19 @@ if __name__ == "__main__":
                         help="fire with the store that started the sagas (states cached)")
     parser.add_argument("--stages", action="store_true",
                         help="also print where a timer's time goes (wraps the store's stages)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="fire from this many processes at once (as many replicas)")
+    parser.add_argument("--gc-thresholds", default=",".join(map(str, WORKER_GC_THRESHOLDS)),
+                        help="of the firing process (CPython's own: 700,10,10)")
+    parser.add_argument("--fire", metavar="DSN", help=argparse.SUPPRESS)  # a firing child
     a = parser.parse_args()
-    asyncio.run(main(a.dsn, a.sagas, a.limit, a.warm, a.stages))
+    if a.processes < 1 or (a.processes > 1 and (a.warm or a.stages)):
+        parser.error("--processes must be >= 1; --warm and --stages need one process")
+    if a.fire:
+        asyncio.run(_fire_child(a.fire, a.limit))
+    else:
+        thresholds = tuple(int(t) for t in a.gc_thresholds.split(","))
+        if len(thresholds) != 3:
+            parser.error("--gc-thresholds takes three numbers")
+        asyncio.run(main(a.dsn, a.sagas, a.limit, a.warm, a.stages, a.processes,
+                         thresholds))  # type: ignore[arg-type]

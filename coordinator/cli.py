@@ -93,9 +93,11 @@ def _registry(settings: CoordinatorSettings) -> Any:
 
 
 async def cmd_worker(args: argparse.Namespace, settings: CoordinatorSettings) -> int:
+    from coordinator.gc_tuning import tune_gc
     from coordinator.worker import Worker
 
     configure_telemetry("sagaflow-coordinator")
+    tune_gc(settings.gc_thresholds)
     await Worker(settings, _registry(settings)).run()
     return 0
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveInt, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from coordinator.gc_tuning import WORKER_GC_THRESHOLDS
 from participant_sdk.durations import Duration
 from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
@@ -50,6 +51,11 @@ class CoordinatorSettings(BaseSettings):
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.
     timer_max_idle: Duration = timedelta(seconds=1)
+    #: Thresholds of CPython's garbage collector in ``coordinator worker``
+    #: (``gc.set_threshold``; JSON, CPython's own are ``[700, 10, 10]``). The default
+    #: collects less often: full collections over the state cache cost about 40% of a
+    #: worker's CPU at CPython's thresholds (``bench/README.md``).
+    gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] = WORKER_GC_THRESHOLDS
     #: Connection pool bounds.
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
