@@ -31,14 +31,21 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from bench.timers import NapInput, Napper, database_bytes, fire_all, fresh_database, start_sleepers
+from bench.timers import (
+    NapInput,
+    Napper,
+    database_bytes,
+    fire_in_processes,
+    fresh_database,
+    start_sleepers,
+)
 from coordinator.definition import Saga, SagaStep
 from coordinator.flow import WaitForSignal
 from coordinator.registry import SagaRegistry
@@ -64,32 +71,32 @@ class Waiter(Saga):
     )
 
 
-#: Copies of one saga: every row of the template with its id replaced by a new one.
-_COPIES = """
-CREATE TEMP TABLE copies AS SELECT gen_random_uuid() AS id FROM generate_series(1, $2);
+#: Copies of one saga: every row of the template, column by column, the template's id
+#: replaced by the copy's in every column that holds it (uuid columns equal to it; text and
+#: JSON columns by text replacement). The column lists come from the catalog, quoted by
+#: ``format('%I')``; the statement is built and run by Postgres.
+_CLONE_FUNCTION = """
+CREATE FUNCTION pg_temp.clone(tbl regclass, key text, template uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE cols text; vals text;
+BEGIN
+    SELECT string_agg(format('%I', attname), ', ' ORDER BY attnum),
+           string_agg(CASE
+               WHEN atttypid = 'uuid'::regtype THEN
+                   format('CASE WHEN t.%1$I = %2$L THEN c.id ELSE t.%1$I END', attname, template)
+               WHEN atttypid IN ('json'::regtype, 'jsonb'::regtype, 'text'::regtype) THEN
+                   format('replace(t.%1$I::text, %2$L, c.id::text)::%3$s', attname, template,
+                          format_type(atttypid, atttypmod))
+               ELSE format('t.%I', attname) END, ', ' ORDER BY attnum)
+    INTO cols, vals
+    FROM pg_attribute WHERE attrelid = tbl AND attnum > 0 AND NOT attisdropped;
+    EXECUTE format('INSERT INTO %s (%s) SELECT %s FROM %s t, pg_temp.copies c WHERE t.%I = %L',
+                   tbl, cols, vals, tbl, key, template);
+END $$
 """
-_COPY_ROWS = (
-    """
-    INSERT INTO sagas SELECT (json_populate_record(NULL::sagas,
-        replace(row_to_json(t)::text, $1::text, c.id::text)::json)).*
-    FROM sagas t, copies c WHERE t.id = $1::text::uuid
-    """,
-    """
-    INSERT INTO saga_history SELECT (json_populate_record(NULL::saga_history,
-        replace(row_to_json(t)::text, $1::text, c.id::text)::json)).*
-    FROM saga_history t, copies c WHERE t.saga_id = $1::text::uuid
-    """,
-    """
-    INSERT INTO saga_nodes SELECT (json_populate_record(NULL::saga_nodes,
-        replace(row_to_json(t)::text, $1::text, c.id::text)::json)).*
-    FROM saga_nodes t, copies c WHERE t.saga_id = $1::text::uuid
-    """,
-    """
-    INSERT INTO timers SELECT (json_populate_record(NULL::timers,
-        replace(row_to_json(t)::text, $1::text, c.id::text)::json)).*
-    FROM timers t, copies c WHERE t.saga_id = $1::text::uuid
-    """,
-)
+_CLONED: Final = (("sagas", "id"), ("saga_history", "saga_id"), ("saga_nodes", "saga_id"),
+                  ("timers", "saga_id"))
+_CHUNK: Final = 100_000
 
 
 def registry(prefix: str) -> SagaRegistry:
@@ -97,13 +104,19 @@ def registry(prefix: str) -> SagaRegistry:
 
 
 async def copy_sagas(dsn: str, template: uuid.UUID, count: int) -> float:
+    """``count`` copies of ``template`` (a transaction per 100,000); the seconds it took."""
     conn = await asyncpg.connect(dsn)
     began = time.perf_counter()
     try:
-        async with conn.transaction():
-            await conn.execute(_COPIES.replace("$2", str(int(count))))
-            for statement in _COPY_ROWS:
-                await conn.execute(statement, str(template))
+        await conn.execute(_CLONE_FUNCTION)
+        for done in range(0, count, _CHUNK):
+            async with conn.transaction():
+                await conn.execute("CREATE TEMP TABLE copies (id uuid) ON COMMIT DROP")
+                await conn.execute("INSERT INTO pg_temp.copies SELECT gen_random_uuid() "
+                                   "FROM generate_series(1, $1)", min(_CHUNK, count - done))
+                for table, key in _CLONED:
+                    await conn.execute("SELECT pg_temp.clone($1::regclass, $2, $3)", table,
+                                       key, template)
         await conn.execute("ANALYZE")
     finally:
         await conn.close()
@@ -242,7 +255,8 @@ async def signal_phase(name: str, url: str, sagas: list[uuid.UUID], send: Any) -
             f"p99 {percentile(latencies, 99):,.1f} ms")
 
 
-async def main(postgres: str, kafka: str, sagas: int, signals: int, port: int) -> None:
+async def main(postgres: str, kafka: str, sagas: int, due: int, signals: int, port: int,
+               processes: int, limit: int) -> None:
     prefix = f"benchlr{uuid.uuid4().hex[:6]}"
     logs = ROOT / "bench" / "results" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -265,8 +279,15 @@ async def main(postgres: str, kafka: str, sagas: int, signals: int, port: int) -
                 await start_sleepers(store, REAL_STARTS)
                 real = await database_bytes(url)
                 async with store.pool.acquire() as conn:
-                    template = await conn.fetchval("SELECT id FROM sagas LIMIT 1")
-            copied = await copy_sagas(url, template, sagas - REAL_STARTS)
+                    due_template, later_template = [r["id"] for r in await conn.fetch(
+                        "SELECT id FROM sagas ORDER BY id LIMIT 2")]
+                    if due < sagas:  # it and its copies sleep a day longer: not due with the rest
+                        await conn.execute("UPDATE timers SET due_at = due_at + "
+                                           "interval '1 day' WHERE saga_id = $1", later_template)
+            later = sagas - due
+            copied = await copy_sagas(url, due_template, due - REAL_STARTS + (1 if later else 0))
+            if later:
+                copied += await copy_sagas(url, later_template, later - 1)
             full = await database_bytes(url)
             await asyncio.sleep(5)  # the worker's timer loop sees them (and idles on)
             rss_full = rss_mib(worker.pid)
@@ -277,15 +298,17 @@ async def main(postgres: str, kafka: str, sagas: int, signals: int, port: int) -
                          f"{sagas:,} ({(full - empty) / 2**20:,.0f} MiB)")
             lines.append(f"worker RSS : {rss_empty:,.0f} MiB with no sagas, {rss_full:,.0f} MiB "
                          f"with {sagas:,} asleep")
+            firing = await fire_in_processes(url, processes, limit=limit)
             async with await SagaStore.open(url, registry(prefix), max_size=2) as store:
-                firing = await fire_all(store, limit=100)
                 async with store.pool.acquire() as conn:
                     sample = [r["id"] for r in await conn.fetch(
-                        "SELECT id FROM sagas ORDER BY random() LIMIT 20")]
+                        "SELECT s.id FROM sagas s WHERE NOT EXISTS (SELECT 1 FROM timers t "
+                        "WHERE t.saga_id = s.id AND t.kind = 'sleep') ORDER BY random() LIMIT 20")]
                     await conn.execute("DELETE FROM sagaflow_outbox")
                 bad = [s for s in sample if not (await store.verify(s)).ok]
-            lines.append(f"firing     : {firing.fired:,} due together, fired and applied in "
-                         f"{firing.seconds:.1f}s = {firing.rate:,.0f}/s (one loop, limit 100); "
+            lines.append(f"firing     : {firing.fired:,} of them due together, fired and applied "
+                         f"in {firing.seconds:.1f}s = {firing.rate:,.0f}/s ({processes} "
+                         f"process(es), limit {limit}); "
                          f"{firing.commands:,} commands; {len(sample) - len(bad)}/{len(sample)} "
                          "sampled sagas replay to their snapshot")
             api_log = logs / f"{prefix}-api.log"
@@ -324,7 +347,16 @@ if __name__ == "__main__":
     parser.add_argument("--kafka", default=os.environ.get(
         "SAGAFLOW_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:59092"))
     parser.add_argument("--sagas", type=int, default=100_000)
+    parser.add_argument("--due", type=int, help="how many of them fall due together "
+                        "(default: all; the others sleep a day longer)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="fire from this many processes at once (as many replicas)")
+    parser.add_argument("--limit", type=int, default=100, help="timers per claim")
     parser.add_argument("--signals", type=int, default=2000)
     parser.add_argument("--port", type=int, default=18750)
     a = parser.parse_args()
-    asyncio.run(main(a.postgres, a.kafka, a.sagas, a.signals, a.port))
+    due = a.sagas if a.due is None else a.due
+    if not REAL_STARTS <= due <= a.sagas or a.processes < 1:
+        parser.error(f"need {REAL_STARTS} <= --due <= --sagas and --processes >= 1")
+    asyncio.run(main(a.postgres, a.kafka, a.sagas, due, a.signals, a.port, a.processes,
+                     a.limit))
