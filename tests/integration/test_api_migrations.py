@@ -8,21 +8,18 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 from uuid import UUID, uuid4
 
-import httpx
 import pytest
 
-from coordinator.api import ApiSettings, RepairJobRunner, TokenAuth, create_app
+from coordinator.api import RepairJobRunner
 from coordinator.definition import Migration, Saga, SagaStep
 from coordinator.engine import ReplyReceived
 from coordinator.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import CommandEnvelope, Outcome
-from tests.integration.test_api_support import TOKENS, VIEWER, Api, pump
+from tests.integration.test_api_support import VIEWER, Api, open_api, pump
 from tests.integration.test_store_support import (
     FAST,
-    ManualClock,
     OrderInput,
-    migrated,
     outbox_commands,
     reply_to,
 )
@@ -51,16 +48,9 @@ class ShipV2(Saga):
 
 @pytest.fixture
 async def api(fresh_db: str, topic_prefix: str) -> AsyncIterator[Api]:
-    await migrated(fresh_db)
-    clock = ManualClock()
     registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[ShipV1, ShipV2])
-    async with await SagaStore.open(fresh_db, registry, max_size=4, clock=clock) as store:
-        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), clock=clock,
-                         run_jobs=False)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api"
-        ) as client:
-            yield Api(client, store, clock)
+    async with open_api(fresh_db, registry) as api:
+        yield api
 
 
 async def _two_v1_sagas(store: SagaStore) -> tuple[UUID, UUID, list[CommandEnvelope]]:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from coordinator.api import ApiSettings, TokenAuth, create_app
+from coordinator.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 from tests.integration.test_store_support import (
@@ -61,15 +63,34 @@ async def api_store(
         yield store, clock
 
 
+@asynccontextmanager
+async def app_client(store: SagaStore, clock: ManualClock | None = None, *,
+                     base_url: str = "http://api", **options: Any
+                     ) -> AsyncIterator[httpx.AsyncClient]:
+    """The API app over ``store`` (the test tokens, no job runner, its lifespan running) and
+    an in-process client of it; ``options`` go to ``create_app`` (``ui=...``)."""
+    app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS),
+                     run_jobs=False, **({"clock": clock} if clock else {}), **options)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url=base_url
+    ) as client:
+        yield client
+
+
+@asynccontextmanager
+async def open_api(dsn: str, registry: SagaRegistry) -> AsyncIterator[Api]:
+    """``dsn`` migrated, a store of ``registry`` on a manual clock, and the API over it."""
+    await migrated(dsn)
+    clock = ManualClock()
+    async with await SagaStore.open(dsn, registry, max_size=4, clock=clock) as store, \
+            app_client(store, clock) as client:
+        yield Api(client, store, clock)
+
+
 @pytest.fixture
 async def api(api_store: tuple[SagaStore, ManualClock]) -> AsyncIterator[Api]:
     store, clock = api_store
-    settings = ApiSettings()
-    app = create_app(settings, store=store, auth=TokenAuth.parse(TOKENS), clock=clock,
-                     run_jobs=False)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as client:
+    async with app_client(store, clock) as client:
         yield Api(client, store, clock)
 
 

@@ -234,18 +234,12 @@ async def test_a_slow_child_is_cancelled_when_the_parent_stops_waiting(
 
 
 async def test_the_api_lists_a_sagas_children_and_a_childs_parent(store: SagaStore) -> None:
-    import httpx
 
-    from coordinator.api.app import create_app
-    from coordinator.api.auth import TokenAuth
-    from coordinator.api.settings import ApiSettings
-    from tests.integration.test_api_support import TOKENS, VIEWER, bearer
+    from tests.integration.test_api_support import VIEWER, app_client, bearer
 
     parent = (await store.start_saga("checkout", {"order_id": "api"})).record.saga_id
     await _settle(store)
-    app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), run_jobs=False)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+    async with app_client(store) as client:
         body = (await client.get(f"/sagas/{parent}", headers=bearer(VIEWER))).json()
         assert body["parent_id"] is None
         assert sorted((c["node"], c["status"], c["saga_type"]) for c in body["children"]) == [
@@ -282,19 +276,14 @@ async def test_a_prepared_child_is_not_stuck_its_waiting_parent_may_be(
 async def test_the_ui_links_a_parent_and_its_children(store: SagaStore) -> None:
     import re
 
-    import httpx
-
-    from coordinator.api import ApiSettings, TokenAuth, create_app
     from coordinator.ui import UiSettings
-    from tests.integration.test_api_support import TOKENS, VIEWER
+    from tests.integration.test_api_support import VIEWER, app_client
 
     parent = (await store.start_saga("checkout", {"order_id": "ui"})).record.saga_id
     await _settle(store)
     kids = await _children(store, parent)
-    app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), run_jobs=False,
-                     ui=UiSettings(session_secret="test-secret-1"))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://ui.test") as client:
+    async with app_client(store, base_url="http://ui.test",
+                          ui=UiSettings(session_secret="test-secret-1")) as client:
         login = await client.get("/ui/login")
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', login.text)
         assert csrf is not None

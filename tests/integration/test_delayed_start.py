@@ -8,31 +8,21 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from uuid import UUID
 
-import httpx
 import pytest
 
-from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.registry import SagaRegistry
-from coordinator.store import SagaStore
-from tests.integration.test_api_support import TOKENS, Api
+from tests.integration.test_api_support import Api, open_api
 from tests.integration.test_signals_api import AwaitPayment
-from tests.integration.test_store_support import ManualClock, migrated, outbox_commands
+from tests.integration.test_store_support import outbox_commands
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def api(fresh_db: str, topic_prefix: str) -> AsyncIterator[Api]:
-    await migrated(fresh_db)
-    clock = ManualClock()
     registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitPayment])
-    async with await SagaStore.open(fresh_db, registry, max_size=4, clock=clock) as store:
-        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS),
-                         clock=clock, run_jobs=False)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api"
-        ) as client:
-            yield Api(client, store, clock)
+    async with open_api(fresh_db, registry) as api:
+        yield api
 
 
 async def _timer_kinds(api: Api, saga_id: UUID) -> list[str]:

@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.opscli import main as saga_cli
 from coordinator.registry import SagaRegistry
 from coordinator.store import SagaStore
-from tests.integration.test_api_support import TOKENS, VIEWER, bearer
+from tests.integration.test_api_support import VIEWER, app_client, bearer
 from tests.integration.test_saga_versions import ShipmentV1, ShipmentV2
 from tests.integration.test_store_support import ManualClock, migrated
 
@@ -57,10 +56,7 @@ async def client(fresh_db: str, topic_prefix: str) -> AsyncIterator[httpx.AsyncC
             clock.advance(timedelta(seconds=5))
     async with await SagaStore.open(fresh_db, both, max_size=4, clock=clock) as store:
         await store.start_saga("shipment", {"order_id": "new", "amount": 2})
-        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS),
-                         clock=clock, run_jobs=False)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://api") as c:
+        async with app_client(store, clock) as c:
             c.headers.update(bearer(VIEWER))
             yield c
 

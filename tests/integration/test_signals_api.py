@@ -11,21 +11,16 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
-import httpx
 import pytest
 from pydantic import BaseModel
 
-from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.definition import Saga, SagaStep
 from coordinator.engine import ReplyReceived
 from coordinator.flow import WaitForSignal
 from coordinator.registry import SagaRegistry
-from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
-from tests.integration.test_api_support import OPERATOR, TOKENS, VIEWER, Api, bearer
+from tests.integration.test_api_support import OPERATOR, VIEWER, Api, bearer, open_api
 from tests.integration.test_store_support import (
-    ManualClock,
-    migrated,
     outbox_commands,
     reply_to,
     verify_all,
@@ -66,16 +61,9 @@ class AwaitPayment(Saga):
 
 @pytest.fixture
 async def api(fresh_db: str, topic_prefix: str) -> AsyncIterator[Api]:
-    await migrated(fresh_db)
-    clock = ManualClock()
     registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitPayment])
-    async with await SagaStore.open(fresh_db, registry, max_size=4, clock=clock) as store:
-        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS),
-                         clock=clock, run_jobs=False)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api"
-        ) as client:
-            yield Api(client, store, clock)
+    async with open_api(fresh_db, registry) as api:
+        yield api
 
 
 async def _start(api: Api) -> UUID:

@@ -15,16 +15,15 @@ import asyncpg
 import httpx
 import pytest
 
-from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.store import SagaStore
 from coordinator.ui import UiSettings
 from participant_sdk.dead_letters import DeadLetter, install_dead_letters, record_dead_letter
 from tests.integration.test_api_support import (
     ADMIN,
     OPERATOR,
-    TOKENS,
     VIEWER,
     api_store,  # noqa: F401
+    app_client,
     make_dead,
 )
 from tests.integration.test_store_support import ManualClock
@@ -56,11 +55,8 @@ class Browser:
 @pytest.fixture
 async def ui(api_store: tuple[SagaStore, ManualClock]) -> AsyncIterator[Browser]:
     store, clock = api_store
-    app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), clock=clock,
-                     run_jobs=False, ui=UiSettings(session_secret="test-secret-1"))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://ui.test"
-    ) as client:
+    async with app_client(store, clock, base_url="http://ui.test",
+                          ui=UiSettings(session_secret="test-secret-1")) as client:
         yield Browser(client, store, clock)
 
 
@@ -204,10 +200,7 @@ async def test_participants_dead_letters_are_read_from_their_own_databases(
         store, clock = api_store
         settings = UiSettings(session_secret="test-secret-1", participant_dsns={
             "payments": dsn, "shipping": "postgresql://nobody:s3cret@127.0.0.1:1/none"})
-        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS), clock=clock,
-                         run_jobs=False, ui=settings)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://ui.test") as client:
+        async with app_client(store, clock, base_url="http://ui.test", ui=settings) as client:
             ui = Browser(client, store, clock)
             await ui.sign_in(VIEWER)
             page = (await client.get("/ui/dead-letters")).text
