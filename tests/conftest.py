@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from devstack.acquire import Endpoints, acquire_services
+from outbox_relay import install
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +68,14 @@ async def fresh_db(pg_url: str) -> AsyncIterator[str]:
 def topic_prefix() -> str:
     """A topic prefix unique to the test, so tests never read each other's messages."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def outbox_admin(fresh_db: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to ``fresh_db`` with the outbox installed (16 shards), closed after."""
+    admin = await asyncpg.connect(fresh_db)
+    try:
+        await install(admin, shard_count=16)
+        yield admin
+    finally:
+        await admin.close()

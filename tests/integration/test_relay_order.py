@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from outbox_relay import Relay, enqueue, install
+from outbox_relay import Relay, enqueue
 from tests.integration.test_relay_helpers import (
     check_per_key_order,
     consume,
@@ -21,14 +21,13 @@ from tests.integration.test_relay_helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
+@pytest.mark.usefixtures("outbox_admin")
 async def test_order_per_key_with_late_committing_writers(
     fresh_db: str, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     topic = f"{topic_prefix}.cmd"
     keys = [f"saga-{i}" for i in range(40)]
     per_key = 25
-    admin = await asyncpg.connect(fresh_db)
-    await install(admin, shard_count=16)
     registry = CollectorRegistry()
     relay = Relay(fast_settings(fresh_db, kafka_bootstrap, batch_size=50), registry=registry)
     await relay.start()
@@ -72,7 +71,6 @@ async def test_order_per_key_with_late_committing_writers(
         assert registry.get_sample_value("sagaflow_relay_owned_shards") == 16
     finally:
         await relay.stop()
-        await admin.close()
 
 
 async def test_stop_is_idempotent_and_start_twice_raises(

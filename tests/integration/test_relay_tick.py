@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from outbox_relay import RelayTick, enqueue, install
+from outbox_relay import RelayTick, enqueue
 from outbox_relay.schema import SHARD_LOCK_NAMESPACE
 from outbox_relay.shards import ShardOwnership
 from tests.integration.test_relay_helpers import (
@@ -23,13 +23,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
 async def test_concurrent_ticks_publish_every_row_once_in_key_order(
-    fresh_db: str, kafka_bootstrap: str, topic_prefix: str
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str, outbox_admin: asyncpg.Connection
 ) -> None:
     topic = f"{topic_prefix}.tick"
     keys = [f"saga-{i}" for i in range(30)]
     per_key = 20
-    admin = await asyncpg.connect(fresh_db)
-    await install(admin, shard_count=16)
+    admin = outbox_admin
     registry = CollectorRegistry()
     # Eight warm instances, each taking at most 3 shards per tick and small batches, so
     # ticks overlap on the same shards all the time.
@@ -87,15 +86,13 @@ async def test_concurrent_ticks_publish_every_row_once_in_key_order(
     finally:
         for t in ticks:
             await t.close()
-        await admin.close()
 
 
 async def test_tick_leaves_the_shards_a_relay_loop_owns(
-    fresh_db: str, kafka_bootstrap: str, topic_prefix: str
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str, outbox_admin: asyncpg.Connection
 ) -> None:
     topic = f"{topic_prefix}.mixed"
-    admin = await asyncpg.connect(fresh_db)
-    await install(admin, shard_count=16)
+    admin = outbox_admin
     loop_conn = await asyncpg.connect(fresh_db)
     tick = RelayTick(fast_settings(fresh_db, kafka_bootstrap))
     try:
@@ -116,15 +113,13 @@ async def test_tick_leaves_the_shards_a_relay_loop_owns(
     finally:
         await tick.close()
         await loop_conn.close()
-        await admin.close()
 
 
 async def test_a_killed_tick_frees_its_shards_with_its_connection(
-    fresh_db: str, kafka_bootstrap: str, topic_prefix: str
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str, outbox_admin: asyncpg.Connection
 ) -> None:
     topic = f"{topic_prefix}.killed"
-    admin = await asyncpg.connect(fresh_db)
-    await install(admin, shard_count=16)
+    admin = outbox_admin
     stuck = await asyncpg.connect(fresh_db)
     tick = RelayTick(fast_settings(fresh_db, kafka_bootstrap))
     try:
@@ -145,4 +140,3 @@ async def test_a_killed_tick_frees_its_shards_with_its_connection(
     finally:
         stuck.terminate()
         await tick.close()
-        await admin.close()
