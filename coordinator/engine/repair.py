@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
+from coordinator.engine.compiled import CompiledWait
 from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
@@ -48,12 +51,19 @@ def _dead_step(w: Work, event: OperatorRepair) -> str:
     return dead
 
 
-def _current_step(w: Work, event: OperatorRepair) -> str:
-    """The step in progress that the verb is about: ``event.step``, or the only one.
+def _current_step(w: Work, event: OperatorRepair, *, waits: bool = False) -> str:
+    """The step in progress that the verb is about: ``event.step``, or the only one
+    (``waits``: a sleep or signal wait counts as in progress).
 
     With several steps in progress (parallel branches, for-each items, confirms) a verb
     without a step is ambiguous: it is refused, listing them."""
-    candidates = w.state.active_steps()
+    waiting = w.state.waiting_nodes()
+    candidates = sorted(w.state.active_steps() + (waiting if waits else []))
+    retrying_a_wait = event.step in waiting or (event.step is None and not candidates)
+    if not waits and waiting and retrying_a_wait:
+        key = event.step or waiting[0]
+        raise InvalidTransition(f"{key} is {w.step(key).phase.value}: nothing to retry; skip "
+                                "ends the wait now")
     if not candidates:
         raise InvalidTransition("no step is in progress")
     if event.step is not None:
@@ -148,10 +158,13 @@ def _skip(w: Work, event: OperatorRepair) -> None:
         key = _dead_step(w, event)
         w.update(dead_step=None, status=_resumed(w))
     else:
-        key = _current_step(w, event)
+        key = _current_step(w, event, waits=True)
     phase = w.step(key).phase
-    w.abandon(key)
     note = f"skipped by {event.actor}: {event.reason}"
+    if phase.is_deliberate_wait:
+        _end_wait(w, key, event.result, note)
+        return
+    w.abandon(key)
     if phase in (StepPhase.TRYING, StepPhase.EXECUTING) and state.stage is Stage.FORWARD:
         succeed(w, key, w.spec(key).forward_phase, event.result)
         w.update_step(key, note=note)
@@ -160,6 +173,26 @@ def _skip(w: Work, event: OperatorRepair) -> None:
                       result=event.result if event.result is not None else w.step(key).result)
     else:
         w.update_step(key, phase=StepPhase.RESOLVED, finished_at=w.now, note=note)
+
+
+def _end_wait(w: Work, key: str, result: dict[str, Any] | None, note: str) -> None:
+    """A sleep woken, or a signal wait given ``result`` as its signal's payload (checked
+    against the signal's model, as a real signal would be), now: its timer dropped."""
+    state, node = w.step(key), w.definition.node(w.step(key).node)
+    if isinstance(node, CompiledWait):
+        model = w.definition.signals.get(node.signal)
+        try:
+            result = (model.model_validate(result or {}).model_dump(mode="json")
+                      if model is not None else dict(result or {}))
+        except ValidationError as exc:
+            raise InvalidTransition(f"{key}: result is not a valid {node.signal!r} signal "
+                                    f"payload: {exc.errors(include_url=False)}") from exc
+    else:
+        result = None
+    if state.timer is not None:
+        w.drop_timer(state.timer)
+    w.update_step(key, phase=StepPhase.SUCCEEDED, timer=None, finished_at=w.now, result=result,
+                  completed_seq=w.next_completion(), note=note)
 
 
 def _compensate(w: Work, event: OperatorRepair) -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from coordinator.definition import DefinitionError, Saga
 from coordinator.engine import RepairVerb, Status, StepPhase, TimerKind, compile_saga
+from coordinator.engine.decision import InvalidTransition
 from coordinator.flow import Choice, Race, WaitForSignal
 from tests.unit.test_engine_sleep import START
 from tests.unit.test_engine_tree import act, ok, saga, sent
@@ -150,3 +151,21 @@ def test_queries_are_checked_with_the_class() -> None:
     with pytest.raises(DefinitionError, match="query 'x' must be callable"):
         type("Q", (Saga,), {"name": "q", "input_model": TreeInput, "steps": (act("a"),),
                             "queries": {"x": 3}})
+
+
+def test_an_operator_skip_ends_a_wait_with_a_checked_payload() -> None:
+    run = new_run(saga(act("a"), paid(timeout=timedelta(days=3)),
+                       act("b", payload=lambda ctx: ctx.results["pay"])))
+    ok(run, "a")
+    sim = run.sim
+    with pytest.raises(InvalidTransition, match="not a valid 'paid' signal payload"):
+        sim.repair(RepairVerb.SKIP, result={"amount": "lots"})
+    decision = sim.repair(RepairVerb.SKIP, result={"amount": 7}, reason="paid by phone")
+    pay = sim.current.steps["pay"]
+    assert pay.phase is StepPhase.SUCCEEDED and pay.result == {"amount": 7}
+    assert decision.cancel_timers  # the timeout timer goes
+    assert [c.envelope.payload for c in decision.commands] == [{"amount": 7}]
+    ok(run, "b")
+    assert sim.current.status is Status.COMPLETED
+    check_moves(sim)
+    check_replay(sim)

@@ -17,6 +17,7 @@ from coordinator.engine import (
     TimerKind,
     compile_saga,
 )
+from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.machine import node_edges
 from coordinator.engine.simulate import Simulator
 from coordinator.flow import Race, Sleep, SleepUntil
@@ -158,3 +159,21 @@ def test_a_thirty_day_sleep_in_a_for_each_item_replays(**_: Any) -> None:
 def test_simulator_starts_at_the_fixed_clock() -> None:
     assert Simulator(saga(act("a"))).now == START
     assert compile_saga  # the public entry point stays exported
+
+
+def test_an_operator_skip_wakes_a_sleep_now_and_retry_says_to_skip() -> None:
+    run = new_run(saga(act("a"), Sleep("nap", timedelta(days=30)), act("b")))
+    ok(run, "a")
+    sim = run.sim
+    with pytest.raises(InvalidTransition, match="nap is sleeping: nothing to retry; skip"):
+        sim.repair(RepairVerb.RETRY)
+    decision = sim.repair(RepairVerb.SKIP, step="nap", reason="customer asked")
+    nap = sim.current.steps["nap"]
+    assert nap.phase is StepPhase.SUCCEEDED and nap.timer is None
+    assert nap.note == "skipped by ops: customer asked"
+    assert [t for t in decision.cancel_timers if ":nap:sleep:" in t]  # the timer goes
+    assert sent(sim, 1) == [("b", "action")]  # 30 days early, the saga goes on
+    ok(run, "b")
+    assert sim.current.status is Status.COMPLETED
+    check_moves(sim)
+    check_replay(sim)

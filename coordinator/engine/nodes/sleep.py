@@ -108,7 +108,7 @@ def edges(node: CompiledSleep) -> Iterable[tuple[str, str, str]]:
         ("pending", "sleeping", "entered: wake-up timer set"),
         ("pending", "succeeded", "wake-up time already past"),
         ("pending", "failed", "wake-up time function raised or gave a naive datetime"),
-        ("sleeping", "succeeded", "wake-up timer fired"),
+        ("sleeping", "succeeded", "wake-up timer fired, or operator skip"),
         ("sleeping", "failed", "abandoned: rollback or operator cancel (timer dropped)"),
         ("failed", "pending", "operator retry (abandoned sibling re-run)"),
     )

@@ -111,7 +111,7 @@ def edges(node: CompiledWait) -> Iterable[tuple[str, str, str]]:
     out = [
         ("pending", "waiting", "entered: no kept signal yet"),
         ("pending", "succeeded", "a kept signal taken on entry"),
-        ("waiting", "succeeded", "signal received"),
+        ("waiting", "succeeded", "signal received, or operator skip"),
         ("waiting", "failed", "abandoned: rollback or operator cancel (timer dropped)"),
         ("failed", "pending", "operator retry (abandoned sibling re-run)"),
     ]
