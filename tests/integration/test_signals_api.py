@@ -201,3 +201,28 @@ async def test_query_errors(api: Api) -> None:
     assert (broken.status_code, broken.json()["error"]["code"]) == (500, "query_failed")
     assert "returned dict, not a pydantic model" in broken.json()["error"]["message"]
     assert (await api.client.get(f"/sagas/{saga_id}/queries/progress")).status_code == 401
+
+
+async def test_an_operator_skips_a_wait_with_the_payload_and_it_is_audited(api: Api) -> None:
+    saga_id = await _start(api)
+    await _answer_all(api)  # waiting for "paid" now
+    retry = await api.post(f"/sagas/{saga_id}/retry", {"reason": "stuck?"})
+    assert retry.status_code == 409 and "skip ends the wait now" in retry.text
+    bad = await api.post(f"/sagas/{saga_id}/skip", {"reason": "paid by phone",
+                                                     "result": {"amount": "lots"}})
+    assert bad.status_code == 409 and "not a valid 'paid' signal payload" in bad.text
+    done = await api.post(f"/sagas/{saga_id}/skip", {"reason": "paid by phone",
+                                                      "result": {"amount": 5}})
+    assert done.status_code == 200, done.text
+    [ship] = await outbox_commands(api.store, delete=False)
+    assert (ship.step, ship.payload) == ("ship", {"amount": 5})
+    assert await _timer_kinds(api, saga_id) == ["deadline"]  # the wait's timeout is gone
+    history = (await api.get(f"/sagas/{saga_id}/history")).json()["entries"]
+    assert history[-1]["actor"] == "operator:olga" and history[-1]["event"]["verb"] == "skip"
+    await verify_all(api.store, [saga_id])
+
+
+async def _timer_kinds(api: Api, saga_id: UUID) -> list[str]:
+    async with api.store.pool.acquire() as conn:
+        return [r["kind"] for r in await conn.fetch(
+            "SELECT kind FROM timers WHERE saga_id = $1 ORDER BY kind", saga_id)]
