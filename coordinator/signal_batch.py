@@ -1,12 +1,13 @@
 """Applying a batch of signal records from ``{prefix}.signals``; bad ones become dead letters.
 
-The whole batch is ONE transaction (:meth:`SagaStore.signal_many`): its sagas locked in id
-order, each signal row inserted once per id, the core applied to each in record order. A
-record that cannot be decoded, or that the store refuses for good (unknown saga or signal, a
-payload failing its model, a finished saga) is kept as a dead letter with the reason, in that
-transaction; only database trouble raises, so the batch is fetched again (signals already
-applied are then duplicates, applied once). The worker's signal loop and the signal function
-(:mod:`coordinator.functions`) both call it.
+The whole batch is ONE transaction (:meth:`SagaStore.signal_many`): an envelope with
+``start`` starts its saga first unless it exists, then the sagas are locked in id order, each
+signal row inserted once per id, the core applied to each in record order. A record that
+cannot be decoded, or that the store refuses for good (unknown saga or signal, a payload
+failing its model, a finished saga, a start refused) is kept as a dead letter with the
+reason, in that transaction; only database trouble raises, so the batch is fetched again
+(signals already applied are then duplicates, applied once). The worker's signal loop and
+the signal function (:mod:`coordinator.functions`) both call it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.signal_wire import decode_signal
-from coordinator.store import PendingSignal, SagaStore, SignalResult
+from coordinator.store import PendingSignal, SagaStart, SagaStore, SignalResult
 from participant_sdk.dead_letters import DeadLetter
 from participant_sdk.protocol import ProtocolError
 
@@ -52,10 +53,11 @@ async def handle_signal_batch(store: SagaStore, records: Sequence[Any]) -> Signa
         except ProtocolError as exc:
             undecodable.append(replace(letter, reason=str(exc)))
             continue
-        requests.append(PendingSignal(envelope.saga_id, envelope.name, envelope.signal_id,
-                                      envelope.payload,
-                                      actor=f"kafka:{envelope.sender or 'unknown'}",
-                                      dead_letter=letter))
+        start = envelope.start
+        requests.append(PendingSignal(
+            envelope.saga_id, envelope.name, envelope.signal_id, envelope.payload,
+            actor=f"kafka:{envelope.sender or 'unknown'}", dead_letter=letter,
+            start=SagaStart(start.saga_type, start.input, start.version) if start else None))
     for answer in await store.signal_many(requests, dead_letters=undecodable):
         if not isinstance(answer, SignalResult):
             out.dead_lettered += 1

@@ -8,7 +8,12 @@ anything undecodable kept as a dead letter, never guessed at::
      "payload": {"amount_cents": 100}, "sender": "payments"}
 
 ``signal_id`` is required here: a producer's redelivery must be recognisable as the same
-signal (the coordinator applies each id once per saga).
+signal (the coordinator applies each id once per saga). With ``start`` it is signal-with-start:
+the saga (of that type and input) is started first unless its id exists, in the same
+transaction as the delivery::
+
+    {"protocol": 1, "saga_id": "…", "name": "paid", "signal_id": "pay-7", "payload": {…},
+     "start": {"saga_type": "await_payment", "input": {"order_id": "o-7"}}}
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from participant_sdk.protocol import PROTOCOL_VERSION, ProtocolError
 
-__all__ = ["SIGNALS_SUFFIX", "SignalEnvelope", "decode_signal", "encode_signal", "signal_topic"]
+__all__ = ["SIGNALS_SUFFIX", "SignalEnvelope", "SignalStart", "decode_signal", "encode_signal",
+           "signal_topic"]
 
 SIGNALS_SUFFIX: Final = "signals"
 
@@ -28,6 +34,17 @@ SIGNALS_SUFFIX: Final = "signals"
 def signal_topic(prefix: str) -> str:
     """The topic the coordinator's workers read signals from."""
     return f"{prefix}.{SIGNALS_SUFFIX}"
+
+
+class SignalStart(BaseModel):
+    """The saga a signal-with-start starts when its id does not exist yet."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    saga_type: str = Field(min_length=1, max_length=100)
+    input: dict[str, Any] = Field(default_factory=dict)
+    #: Default: the newest registered version.
+    version: int | None = Field(default=None, ge=1)
 
 
 class SignalEnvelope(BaseModel):
@@ -39,6 +56,7 @@ class SignalEnvelope(BaseModel):
     signal_id: str = Field(min_length=1, max_length=200)
     payload: dict[str, Any] = Field(default_factory=dict)
     sender: str = Field(default="", max_length=200)
+    start: SignalStart | None = None
 
 
 def decode_signal(raw: bytes) -> SignalEnvelope:

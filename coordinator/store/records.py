@@ -126,9 +126,19 @@ class TimerRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SagaStart:
+    """Signal-with-start: the saga to start first if its id does not exist yet."""
+
+    saga_type: str
+    input: Any
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PendingSignal:
     """One signal for :meth:`SagaStore.signal_many`. ``dead_letter`` is kept (in the same
-    transaction, its ``reason`` filled in) when the signal is refused for good."""
+    transaction, its ``reason`` filled in) when the signal is refused for good; with
+    ``start``, the saga is started first unless it exists (as :meth:`signal_with_start`)."""
 
     saga_id: UUID
     name: str
@@ -136,6 +146,7 @@ class PendingSignal:
     payload: Any = None
     actor: str = "api"
     dead_letter: DeadLetter | None = None
+    start: SagaStart | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -412,13 +412,23 @@ class SagaStore:
 
         async def work(conn: asyncpg.Connection
                        ) -> tuple[list[SignalResult | Exception], datetime | None]:
-            answers, earliest = await self._signals_in(conn, requests)
+            started, due = await self._starts_in(conn, requests)
+            go = [r for r in requests if not isinstance(started.get(id(r)), Exception)]
+            delivered, earliest = await self._signals_in(conn, go)
+            by_request = dict(zip(map(id, go), delivered, strict=True))
+            answers: list[SignalResult | Exception] = []
+            for r in requests:
+                outcome = started.get(id(r))
+                answer = outcome if isinstance(outcome, Exception) else by_request[id(r)]
+                if outcome is True and isinstance(answer, SignalResult):
+                    answer = replace(answer, started=True)
+                answers.append(answer)
             refused = [replace(r.dead_letter, reason=str(a))
                        for r, a in zip(requests, answers, strict=True)
                        if r.dead_letter is not None and not isinstance(a, SignalResult)]
             for letter in [*dead_letters, *refused]:
                 await record_dead_letter(conn, letter)
-            return answers, earliest
+            return answers, min((d for d in (earliest, due) if d is not None), default=None)
 
         answers, earliest = await self._retrying(work)
         self._notify_timers(earliest)
@@ -444,6 +454,28 @@ class SagaStore:
         result, earliest = await self._retrying(work)
         self._notify_timers(earliest)
         return result  # type: ignore[no-any-return]
+
+    async def _starts_in(self, conn: asyncpg.Connection, requests: Sequence[PendingSignal]
+                         ) -> tuple[dict[int, bool | Exception], datetime | None]:
+        """Start the sagas the requests with ``start`` name, in id order (no deadlock with a
+        concurrent batch); by ``id(request)``: whether it created its saga, or why its start
+        was refused; and the earliest timer the starts set."""
+        out: dict[int, bool | Exception] = {}
+        due: list[datetime] = []
+        for request in sorted((r for r in requests if r.start), key=lambda r: r.saga_id):
+            assert request.start is not None
+            try:
+                definition, event, digest = self._start_event(
+                    request.start.saga_type, request.start.input, request.saga_id,
+                    request.start.version, None)
+                _, created, first = await self._start_in(conn, definition, event, digest,
+                                                         request.actor)
+            except StoreError as exc:
+                out[id(request)] = exc
+                continue
+            out[id(request)] = created
+            due += [first] if first is not None else []
+        return out, min(due, default=None)
 
     async def _signals_in(self, conn: asyncpg.Connection, requests: Sequence[PendingSignal]
                           ) -> tuple[list[SignalResult | Exception], datetime | None]:

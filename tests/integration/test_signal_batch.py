@@ -18,6 +18,7 @@ from coordinator.store import (
     PendingSignal,
     SagaFinished,
     SagaNotFound,
+    SagaStart,
     SagaStore,
     SignalResult,
     UnknownSignal,
@@ -115,3 +116,48 @@ async def test_a_lone_signal_still_raises_its_refusal(store: SagaStore) -> None:
     with pytest.raises(SagaNotFound):
         await store.signal(uuid.uuid4(), "approved", {"approver": "x"})
     assert await store.signal_many([]) == []
+
+
+class Opened(BaseModel):
+    account: str
+
+
+class AccountOpening(Saga):
+    name = "account_opening"
+    input_model = Opened
+    steps = (WaitForSignal("kyc", "approved", payload=Approval),)
+
+
+async def test_signal_with_start_in_a_batch_starts_once_and_refuses_bad_starts(
+        fresh_db: str, topic_prefix: str) -> None:
+    await migrated(fresh_db)
+    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AccountOpening])
+    async with await SagaStore.open(fresh_db, registry, max_size=2) as store:
+        new, other = uuid.uuid4(), uuid.uuid4()
+        start = SagaStart("account_opening", {"account": "a-1"})
+
+        def ask(saga: uuid.UUID, signal_id: str, begin: SagaStart | None) -> PendingSignal:
+            return PendingSignal(saga, "approved", signal_id, {"approver": "kyc-bot"},
+                                 actor="kafka:kyc", dead_letter=_letter(len(signal_id)),
+                                 start=begin)
+
+        answers = await store.signal_many([
+            ask(new, "s1", start),
+            ask(new, "s1", start),  # a redelivery: the saga exists, the signal is a duplicate
+            ask(new, "s22", SagaStart("account_opening", {"account": "a-2"})),  # other input
+            ask(other, "s333", SagaStart("account_opening", {"account": 7})),  # bad input
+            ask(other, "s4444", SagaStart("no_such_saga", {})),
+        ])
+        assert [type(a).__name__ for a in answers] == [
+            "SignalResult", "SignalResult", "SagaConflict", "InvalidInput", "UnknownSagaType"]
+        first, again = answers[0], answers[1]
+        assert isinstance(first, SignalResult) and isinstance(again, SignalResult)
+        assert (first.started, first.duplicate) == (True, False)
+        assert (again.started, again.duplicate) == (False, True)
+        record = await store.get_saga(new)
+        assert record is not None and record.status == "completed"
+        assert await store.get_saga(other) is None
+        async with store.pool.acquire() as conn:
+            letters = await conn.fetchval("SELECT count(*) FROM sagaflow_dead_letters")
+        assert letters == 3
+        await verify_all(store, [new])

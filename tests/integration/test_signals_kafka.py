@@ -19,7 +19,7 @@ from coordinator.definition import Saga
 from coordinator.flow import WaitForSignal
 from coordinator.registry import SagaRegistry
 from coordinator.settings import CoordinatorSettings
-from coordinator.signal_wire import SignalEnvelope, encode_signal, signal_topic
+from coordinator.signal_wire import SignalEnvelope, SignalStart, encode_signal, signal_topic
 from coordinator.store import SagaStore
 from coordinator.worker import Worker
 from participant_sdk.protocol import reply_topic
@@ -97,4 +97,24 @@ async def test_kafka_signals_apply_once_and_bad_records_become_dead_letters(
     assert record.state.steps["approval"].result == {"approver": "ada"}
     history = await store.get_history(saga_id)
     assert [h.actor for h in history if h.event.type == "signal_received"] == ["kafka:hr"]
+    await verify_all(store, [saga_id])
+
+
+async def test_a_kafka_signal_with_start_starts_the_saga_and_delivers_once(
+    stack: tuple[SagaStore, AIOKafkaProducer, str],
+) -> None:
+    store, producer, topic = stack
+    saga_id = uuid.uuid4()
+    value = encode_signal(SignalEnvelope(
+        saga_id=saga_id, name="approved", signal_id="a-1", payload={"approver": "ada"},
+        sender="hr", start=SignalStart(saga_type="await_approval")))
+    for _ in range(2):  # the producer's redelivery
+        await producer.send_and_wait(topic, value, key=str(saga_id).encode())
+    deadline = time.monotonic() + 30
+    while (record := await store.get_saga(saga_id)) is None or record.status != "completed":
+        assert time.monotonic() < deadline, record
+        await asyncio.sleep(0.1)
+    history = await store.get_history(saga_id)
+    assert [h.event.type for h in history][:2] == ["saga_started", "signal_received"]
+    assert sum(h.event.type == "signal_received" for h in history) == 1
     await verify_all(store, [saga_id])

@@ -18,7 +18,7 @@ from coordinator.worker import SagaImportError, import_saga
 def test_public_surface_is_pinned() -> None:
     assert set(store_pkg.__all__) == {
         "ApplyOutcome", "ApplyResult", "HistoryRecord", "InvalidInput", "PendingEvent",
-        "PendingSignal",
+        "PendingSignal", "SagaStart",
         "SagaConflict", "SagaNotFound", "SagaPage", "SagaRecord", "SagaStore", "StartResult",
         "StoreError", "TimerRecord", "TransientStoreError", "UnknownSagaType",
         "UnknownSagaVersion", "VerifyResult", "InvalidSignalPayload", "SagaFinished",
