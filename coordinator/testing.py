@@ -12,11 +12,16 @@ folds every event through ``advance``) and answers each command with the partici
 handlers behind the SDK's in-memory barrier (``participant_sdk.testing.ParticipantHarness``).
 The clock is virtual: when nothing is in flight it jumps to the next due timer (a sleep's
 wake-up, a signal's timeout, a retry backoff, a delayed start), so days take no time.
-Signals and queries go through the same validation as the API. Child sagas are not run here.
+Signals and queries go through the same validation as the API. Child sagas run too, each its
+own saga with its own history, started with the parent's decision and answered through
+deliveries applied in the receiver's own ``advance``, as the store and the timer loop do:
+pass their classes as ``children`` (those a ``ChildSaga`` names by class are found alone),
+and ``run.child("node")`` is the child a node started.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -25,9 +30,18 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from coordinator.definition import Saga
-from coordinator.engine import CompiledSaga, ReplyReceived, SagaState, compile_saga
-from coordinator.engine.decision import Decision
+from coordinator.engine import (
+    CompiledSaga,
+    ParentRequest,
+    ReplyReceived,
+    SagaStarted,
+    SagaState,
+    compile_saga,
+)
+from coordinator.engine.decision import ChildStart, Decision, Delivery, TimerRequest
+from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.simulate import Simulator
+from coordinator.flow import ChildSaga
 from coordinator.saga_queries import run_query
 from coordinator.store.signals import signal_payload
 from participant_sdk import Participant
@@ -39,13 +53,19 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class SagaTestEnv:
-    """One saga class and the participants it talks to, on a virtual clock."""
+    """One saga class (and its child saga classes) and the participants they talk to, on a
+    virtual clock."""
 
     def __init__(self, saga: type[Saga], participants: Iterable[Participant], *,
-                 now: datetime | None = None) -> None:
+                 children: Iterable[type[Saga]] = (), now: datetime | None = None) -> None:
         self.definition: CompiledSaga = compile_saga(saga)
+        self.types: dict[str, dict[int, CompiledSaga]] = {}
+        for cls in {saga, *_child_classes(saga), *children}:
+            compiled = self.definition if cls is saga else compile_saga(cls)
+            self.types.setdefault(compiled.name, {})[compiled.version] = compiled
         self.harnesses = {p.name: ParticipantHarness(p) for p in participants}
-        missing = {s.participant for s in self.definition.steps if s.child is None
+        missing = {s.participant for versions in self.types.values()
+                   for d in versions.values() for s in d.steps if s.child is None
                    } - set(self.harnesses)
         if missing:
             raise ValueError(f"{saga.name} sends to participants not given: "
@@ -56,19 +76,107 @@ class SagaTestEnv:
                     saga_id: uuid.UUID | None = None, start_at: datetime | None = None
                     ) -> SagaRun:
         """Start the saga and run it until it waits (for time, a signal, or its end)."""
-        sim = Simulator(self.definition, saga_id=saga_id or uuid.uuid4(), now=self.now)
+        family = _Family(self)
+        sim = family.add(Simulator(self.definition, saga_id=saga_id or uuid.uuid4(),
+                                   now=self.now))
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else dict(input)
         sim.start(data, start_at=start_at)
-        run = SagaRun(self, sim)
+        run = SagaRun(self, sim, family)
         await run.run_until_idle()
         return run
+
+
+def _child_classes(saga: type[Saga]) -> set[type[Saga]]:
+    """The saga classes ``ChildSaga`` nodes of ``saga`` name by class, and theirs."""
+    found: set[type[Saga]] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, ChildSaga) and isinstance(value.saga, type):
+            if value.saga not in found:
+                found.add(value.saga)
+                visit(tuple(value.saga.steps))
+        elif isinstance(value, tuple | list):
+            for item in value:
+                visit(item)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for field in dataclasses.fields(value):
+                visit(getattr(value, field.name))
+
+    visit(tuple(saga.steps))
+    return found
+
+
+class _Family:
+    """Every saga of one run, by id, on one clock: child starts and deliveries routed as the
+    store and the timer loop route them."""
+
+    def __init__(self, env: SagaTestEnv) -> None:
+        self.env = env
+        self.sagas: dict[uuid.UUID, Simulator] = {}
+        self._seen: dict[uuid.UUID, int] = {}
+
+    def add(self, sim: Simulator) -> Simulator:
+        self.sagas[sim.saga_id] = sim
+        self._seen[sim.saga_id] = 0
+        return sim
+
+    def settle(self) -> None:
+        """Start the children and apply the deliveries the decisions so far asked for,
+        until none is left."""
+        moved = True
+        while moved:
+            moved = False
+            for saga_id, sim in list(self.sagas.items()):
+                while self._seen[saga_id] < len(sim.decisions):
+                    decision = sim.decisions[self._seen[saga_id]]
+                    self._seen[saga_id] += 1
+                    for start in decision.children:
+                        self._start_child(start, sim.now)
+                    for delivery in decision.deliveries:
+                        self._deliver(delivery)
+                    moved = True
+
+    def _start_child(self, start: ChildStart, now: datetime) -> None:
+        versions = self.env.types.get(start.saga_type, {})
+        version = start.version if start.version is not None else max(versions, default=0)
+        definition = versions.get(version)
+        if definition is None:
+            self._deliver(refuse_child(start, f"no saga {start.saga_type!r} version "
+                                              f"{start.version or 'latest'} in the test env "
+                                              "(pass its class as children=)"))
+            return
+        child = self.add(Simulator(definition, saga_id=start.saga_id, now=now))
+        child.apply(SagaStarted(saga_id=start.saga_id, saga_type=definition.name,
+                                version=definition.version, input=start.input,
+                                trace_context=start.trace_context, parent=start.parent))
+
+    def _deliver(self, delivery: Delivery) -> None:
+        target = self.sagas.get(delivery.saga_id)
+        if target is None and isinstance(delivery.event, ParentRequest):
+            self._deliver(answer_unknown_child(delivery.saga_id, delivery.event))
+        elif target is None:
+            raise LookupError(f"delivery to saga {delivery.saga_id}, which does not exist")
+        else:
+            target.apply(delivery.event)
+
+    def next_timer(self) -> tuple[Simulator, TimerRequest] | None:
+        timers = [(sim, t) for sim in self.sagas.values() if (t := sim.next_timer())]
+        return min(timers, key=lambda st: (st[1].due_at, st[1].timer_id), default=None)
+
+    def fire(self, sim: Simulator, timer: TimerRequest) -> None:
+        self.set_clock(max(sim.now, timer.due_at))
+        sim.fire(timer)
+
+    def set_clock(self, now: datetime) -> None:
+        for sim in self.sagas.values():
+            sim.now = max(sim.now, now)
 
 
 class SagaRun:
     """One saga in the kit: answer its commands, skip time, signal it, query it."""
 
-    def __init__(self, env: SagaTestEnv, sim: Simulator) -> None:
-        self.env, self.sim = env, sim
+    def __init__(self, env: SagaTestEnv, sim: Simulator, family: _Family) -> None:
+        self.env, self.sim, self.family = env, sim, family
 
     @property
     def state(self) -> SagaState:
@@ -86,30 +194,40 @@ class SagaRun:
     def results(self) -> dict[str, Any]:
         return self.state.results()
 
+    def child(self, node: str) -> SagaRun:
+        """The child saga the ``ChildSaga`` node ``node`` of this saga started."""
+        for sim in self.family.sagas.values():
+            link = sim.current.parent
+            if link is not None and link.saga_id == self.sim.saga_id and link.step == node:
+                return SagaRun(self.env, sim, self.family)
+        raise LookupError(f"node {node!r} of saga {self.sim.saga_id} started no child saga")
+
     async def run_until_idle(self) -> None:
-        """Deliver every command in flight to its participant and apply the replies, until
-        none is left (time does not move)."""
-        while self.sim.pending:
-            command = next(iter(self.sim.pending.values()))
-            harness = self.env.harnesses[command.participant]
-            reply = await harness.send(command)
-            self.sim.pending.pop(command.message_id, None)
-            self.sim.apply(ReplyReceived(reply=reply))
+        """Deliver every command in flight (of this saga and its family) to its participant
+        and apply the replies, until none is left (time does not move)."""
+        self.family.settle()
+        while command := next((c for s in self.family.sagas.values()
+                               for c in s.pending.values()), None):
+            sim = self.family.sagas[command.saga_id]
+            reply = await self.env.harnesses[command.participant].send(command)
+            sim.pending.pop(command.message_id, None)
+            sim.apply(ReplyReceived(reply=reply))
+            self.family.settle()
 
     async def skip(self, delta: timedelta | None = None) -> bool:
         """Jump the clock to the next due timer (or by ``delta``, firing every timer due
         by then) and run until idle. False when there was no timer to jump to."""
         if delta is not None:
             until = self.sim.now + delta
-            while (timer := self.sim.next_timer()) is not None and timer.due_at <= until:
-                self.sim.fire(timer)
+            while (due := self.family.next_timer()) is not None and due[1].due_at <= until:
+                self.family.fire(*due)
                 await self.run_until_idle()
-            self.sim.now = max(self.sim.now, until)
+            self.family.set_clock(until)
             return True
-        timer = self.sim.next_timer()
-        if timer is None:
+        due = self.family.next_timer()
+        if due is None:
             return False
-        self.sim.fire(timer)
+        self.family.fire(*due)
         await self.run_until_idle()
         return True
 

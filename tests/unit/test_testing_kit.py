@@ -11,10 +11,10 @@ from pydantic import BaseModel
 
 import coordinator.testing as kit
 from coordinator.definition import Saga, SagaStep
-from coordinator.flow import Sleep, WaitForSignal
+from coordinator.flow import ChildSaga, Sleep, WaitForSignal
 from coordinator.store import InvalidSignalPayload
 from coordinator.testing import SagaTestEnv
-from participant_sdk import HandlerContext, Participant, on_action, on_compensate
+from participant_sdk import BusinessRejection, HandlerContext, Participant, on_action, on_compensate
 
 
 class Account(BaseModel):
@@ -108,3 +108,66 @@ async def test_signals_are_validated_as_the_api_does_and_participants_must_be_gi
     with pytest.raises(ValueError, match="participants not given: accounts"):
         SagaTestEnv(Trial, [])
     assert kit.__all__ == ["SagaRun", "SagaTestEnv"]
+
+
+class Delivery(Saga):
+    """A child saga: book a courier, wait a day for the pick-up, then confirm."""
+
+    name = "delivery"
+    input_model = Account
+    steps = (
+        SagaStep("book", "accounts", "open", compensable=True),
+        Sleep("pickup", timedelta(days=1)),
+    )
+
+
+class Order(Saga):
+    name = "order"
+    input_model = Account
+    steps = (
+        ChildSaga("ship", Delivery, deadline=timedelta(days=2)),
+        SagaStep("bill", "accounts", "bill", compensable=True,
+                 payload=lambda ctx: {"account": ctx.input.account}),
+    )
+
+
+class ByName(Saga):
+    name = "by_name"
+    input_model = Account
+    steps = (ChildSaga("ship", "delivery", deadline=timedelta(days=2)),
+             SagaStep("bill", "accounts", "bill", compensable=True))
+
+
+async def test_a_child_saga_runs_in_the_kit_its_sleep_skipped_with_the_parent() -> None:
+    env = SagaTestEnv(Order, [Accounts()])  # Delivery found through the ChildSaga node
+    run = await env.start({"account": "a-5"})
+    child = run.child("ship")
+    assert child.state.steps["pickup"].phase.value == "sleeping"
+    assert run.state.steps["ship"].phase.value == "trying"
+    assert await run.run_to_end() == "completed"
+    assert run.child("ship").status == "completed"  # confirmed once the parent succeeded
+    assert run.now == env.now + timedelta(days=1)
+    assert _ledger(env) == ["open", "bill"]
+    for sim in run.family.sagas.values():
+        assert sim.replayed() == sim.current
+
+
+async def test_a_parent_rolling_back_cancels_its_child_in_the_kit() -> None:
+    class Refusing(Accounts):
+        @on_action("bill")
+        async def bill(self, ctx: HandlerContext, body: Account) -> None:
+            raise BusinessRejection("card declined")
+
+    env = SagaTestEnv(Order, [Refusing()])
+    run = await env.start({"account": "a-6"})
+    assert await run.run_to_end() == "compensated"
+    assert run.child("ship").status == "compensated"
+    assert _ledger(env) == ["open", "close"]  # the child's own rollback ran
+
+
+async def test_a_child_type_missing_from_the_env_fails_its_node() -> None:
+    run = await SagaTestEnv(ByName, [Accounts()]).start({"account": "a-7"})
+    assert run.status == "compensated"
+    assert "pass its class as children=" in str(run.state.steps["ship"].last_error)
+    run = await SagaTestEnv(ByName, [Accounts()], children=[Delivery]).start({"account": "a-8"})
+    assert await run.run_to_end() == "completed"
