@@ -11,7 +11,8 @@ points wrap :mod:`coordinator.serverless` (the code the long-running worker runs
 * :meth:`~CoordinatorFunctions.tick`: a scheduled trigger's tick: due schedules, due timers,
   then the relay tick, which publishes the commands they just wrote.
 
-Nothing here imports the API framework or an exporter, so a cold start pays for neither.
+Nothing here imports the API framework or an exporter, so a cold start pays for neither; with
+:class:`FunctionSettings` (instead of ``CoordinatorSettings``) it skips pydantic-settings too.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from coordinator.function_settings import FunctionSettings
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
-from coordinator.settings import CoordinatorSettings
 from coordinator.signal_batch import handle_signal_batch
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.store import CONNECTION_ERRORS
@@ -34,9 +35,10 @@ from participant_sdk.records import InboundRecord
 
 if TYPE_CHECKING:  # imported by the tick only: a reply handler's cold start skips them
     from coordinator.schedules import FireReport, ScheduleFirer
+    from coordinator.settings import CoordinatorSettings
     from outbox_relay import RelaySettings, RelayTick, TickReport
 
-__all__ = ["CoordinatorFunctions", "TickOutcome"]
+__all__ = ["CoordinatorFunctions", "FunctionSettings", "TickOutcome"]
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +62,15 @@ class TickOutcome:
 class CoordinatorFunctions:
     """The coordinator's entry points for one function instance (build it at module level).
 
+    ``settings`` is a :class:`~coordinator.settings.CoordinatorSettings` or, for a faster cold
+    start, a :class:`FunctionSettings` (``FunctionSettings.from_env()``: the same variables).
     ``relay`` settings make :meth:`tick` also publish the outbox (leave them out when a relay
     runs elsewhere). ``statement_cache_size=0`` is for pgbouncer in transaction mode.
     """
 
     def __init__(
         self,
-        settings: CoordinatorSettings,
+        settings: CoordinatorSettings | FunctionSettings,
         registry: Any,
         *,
         relay: RelaySettings | None = None,
