@@ -28,6 +28,7 @@ from coordinator.function_settings import FunctionSettings
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.signal_batch import handle_signal_batch
 from coordinator.store import SagaStore, TransientStoreError
+from coordinator.store.codecs import prime_array_codecs
 from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
 from participant_sdk.pools import create_pool
@@ -102,6 +103,7 @@ class CoordinatorFunctions:
                     max_size=max(2, s.pool_max_size),
                     statement_cache_size=self.statement_cache_size,
                     server_settings={"application_name": "sagaflow-coordinator-fn"},
+                    init=prime_array_codecs,
                 )
                 self._store = SagaStore(pool, self.registry, owns_pool=True)
             return self._store
