@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.function_settings import FunctionSettings
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
-from coordinator.signal_batch import handle_signal_batch
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.codecs import prime_array_codecs
 from coordinator.store.store import CONNECTION_ERRORS
@@ -121,6 +120,8 @@ class CoordinatorFunctions:
         """Deliver a batch of signal records (what the worker's signal loop does); return the
         indexes to redeliver: all of them when the database failed, which is safe because
         each signal id is applied once per saga."""
+        from coordinator.signal_batch import handle_signal_batch  # not on a reply's cold start
+
         return await self._batch("signal", handle_signal_batch, records)
 
     async def _batch(self, what: str,

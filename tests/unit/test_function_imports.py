@@ -3,8 +3,8 @@
 A fresh interpreter builds the reply handler the way docs/serverless.md does, with
 ``FunctionSettings``, and lists its modules. Each module named here cost the cold start
 milliseconds once (``python -m bench.cold_start --importtime``); none is used on the reply
-path: the API and UI, the worker loop and its Kafka client, schedules, metrics, exporters and
-pydantic-settings.
+path: the API and UI, the worker loop and its Kafka client, schedules, metrics, exporters, the
+signal batch and pydantic-settings.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ HEAVY = (
     "coordinator.worker.worker", "coordinator.schedules", "coordinator.settings",
     "pydantic_settings", "aiokafka", "prometheus_client", "holidays",
     "participant_sdk.runner", "outbox_relay.relay", "outbox_relay.tick",
+    "coordinator.signal_batch", "coordinator.signal_wire",
 )
 
 
