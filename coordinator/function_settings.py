@@ -2,7 +2,7 @@
 
 Importing pydantic-settings and building :class:`~coordinator.settings.CoordinatorSettings`
 (its Kafka security, durations and every source provider: dotenv, CLI, cloud secrets) costs a
-reply function's cold start ~25 ms, for five values. :class:`FunctionSettings` reads the same
+reply function's cold start ~20 ms, for five values. :class:`FunctionSettings` reads the same
 ``SAGAFLOW_*`` variables, case-insensitively, with the same defaults and bounds (a unit test
 pins them to ``CoordinatorSettings``). ``CoordinatorFunctions`` takes either.
 """
