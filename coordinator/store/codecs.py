@@ -58,7 +58,7 @@ def register_builtin_arrays(conn: Any) -> bool:
     try:
         settings = conn._protocol.get_settings()
         settings.register_data_types(_TYPE_ROWS)
-    except (AttributeError, TypeError, KeyError) as exc:
+    except Exception as exc:  # any change to a private hook means: introspect instead
         log.debug("asyncpg takes no type rows (%r): introspecting the array types", exc)
         return False
     return True
