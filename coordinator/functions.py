@@ -33,7 +33,7 @@ from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
 from participant_sdk.pools import create_pool
 from participant_sdk.records import InboundRecord
 
-if TYPE_CHECKING:  # imported by the tick only: a reply handler's cold start skips them
+if TYPE_CHECKING:  # annotations, or imported by the tick: a reply handler's cold start skips them
     from coordinator.schedules import FireReport, ScheduleFirer
     from coordinator.settings import CoordinatorSettings
     from outbox_relay import RelaySettings, RelayTick, TickReport
