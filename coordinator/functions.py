@@ -11,7 +11,8 @@ points wrap :mod:`coordinator.serverless` (the code the long-running worker runs
 * :meth:`~CoordinatorFunctions.tick`: a scheduled trigger's tick: due schedules, due timers,
   then the relay tick, which publishes the commands they just wrote.
 
-Nothing here imports the API framework or an exporter, so a cold start pays for neither.
+Nothing here imports the API framework or an exporter, so a cold start pays for neither; with
+:class:`FunctionSettings` (instead of ``CoordinatorSettings``) it skips pydantic-settings too.
 """
 
 from __future__ import annotations
@@ -23,20 +24,21 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from coordinator.function_settings import FunctionSettings
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
-from coordinator.settings import CoordinatorSettings
-from coordinator.signal_batch import handle_signal_batch
 from coordinator.store import SagaStore, TransientStoreError
+from coordinator.store.codecs import prime_array_codecs
 from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
 from participant_sdk.pools import create_pool
 from participant_sdk.records import InboundRecord
 
-if TYPE_CHECKING:  # imported by the tick only: a reply handler's cold start skips them
+if TYPE_CHECKING:  # annotations, or imported by the tick: a reply handler's cold start skips them
     from coordinator.schedules import FireReport, ScheduleFirer
+    from coordinator.settings import CoordinatorSettings
     from outbox_relay import RelaySettings, RelayTick, TickReport
 
-__all__ = ["CoordinatorFunctions", "TickOutcome"]
+__all__ = ["CoordinatorFunctions", "FunctionSettings", "TickOutcome"]
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +62,15 @@ class TickOutcome:
 class CoordinatorFunctions:
     """The coordinator's entry points for one function instance (build it at module level).
 
+    ``settings`` is a :class:`~coordinator.settings.CoordinatorSettings` or, for a faster cold
+    start, a :class:`FunctionSettings` (``FunctionSettings.from_env()``: the same variables).
     ``relay`` settings make :meth:`tick` also publish the outbox (leave them out when a relay
     runs elsewhere). ``statement_cache_size=0`` is for pgbouncer in transaction mode.
     """
 
     def __init__(
         self,
-        settings: CoordinatorSettings,
+        settings: CoordinatorSettings | FunctionSettings,
         registry: Any,
         *,
         relay: RelaySettings | None = None,
@@ -98,6 +102,7 @@ class CoordinatorFunctions:
                     max_size=max(2, s.pool_max_size),
                     statement_cache_size=self.statement_cache_size,
                     server_settings={"application_name": "sagaflow-coordinator-fn"},
+                    init=prime_array_codecs,
                 )
                 self._store = SagaStore(pool, self.registry, owns_pool=True)
             return self._store
@@ -115,6 +120,8 @@ class CoordinatorFunctions:
         """Deliver a batch of signal records (what the worker's signal loop does); return the
         indexes to redeliver: all of them when the database failed, which is safe because
         each signal id is applied once per saga."""
+        from coordinator.signal_batch import handle_signal_batch  # not on a reply's cold start
+
         return await self._batch("signal", handle_signal_batch, records)
 
     async def _batch(self, what: str,

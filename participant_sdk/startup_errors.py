@@ -11,15 +11,17 @@ from __future__ import annotations
 import ssl
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 from pydantic import AliasChoices, SecretStr, ValidationError
-from pydantic_settings import BaseSettings
+
+if TYPE_CHECKING:  # annotations only: a function's settings error needs no pydantic-settings
+    from pydantic_settings import BaseSettings
 
 __all__ = ["SettingsError", "StartupError", "explain", "load_settings", "run_cli"]
 
-S = TypeVar("S", bound=BaseSettings)
+S = TypeVar("S", bound="BaseSettings")
 
 
 class StartupError(Exception):

@@ -32,7 +32,9 @@ __all__ = [
     "TimerRequest",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+#: Validators are built on first use (see ``state._FROZEN``): the engine builds decisions
+#: through ``trusted``, so a reply never validates one.
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class EngineError(Exception):
@@ -101,7 +103,8 @@ class Delivery(BaseModel):
     written with this decision and applied later in that saga's own transaction: a change
     never locks two saga rows."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True,
+                              defer_build=True)
 
     saga_id: UUID
     event: Event
@@ -134,7 +137,8 @@ class HistoryEntry(BaseModel):
 class Decision(BaseModel):
     """The outcome of applying one event. Commit all of it in one transaction, or none."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True,
+                              defer_build=True)
 
     state: SagaState
     history: list[HistoryEntry] = Field(default_factory=list)

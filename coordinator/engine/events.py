@@ -30,8 +30,9 @@ __all__ = [
     "event_from_json",
 ]
 
-#: Readers ignore fields they do not know (see ``state._FROZEN``).
-_FROZEN = ConfigDict(frozen=True, extra="ignore")
+#: Readers ignore fields they do not know; validators are built on first use (see
+#: ``state._FROZEN``).
+_FROZEN = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 #: Format of a stored history event (and of a delivery's event); bumped like
 #: ``STATE_FORMAT_VERSION``.
 EVENT_FORMAT_VERSION = 1
@@ -173,7 +174,7 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 
-_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
 
 
 def event_from_json(data: dict[str, Any]) -> Event:

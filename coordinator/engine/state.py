@@ -33,7 +33,10 @@ __all__ = [
 
 #: Readers ignore fields they do not know (a newer build or a rollback wrote them); writers
 #: stay strict through mypy (pydantic plugin, ``init_forbid_extra``).
-_FROZEN = ConfigDict(frozen=True, extra="ignore")
+#: ``defer_build``: a model's validator is built on its first validation, not at import; the
+#: engine builds most of its models through :func:`trusted` and never validates them, so a
+#: function's cold start skips their schemas.
+_FROZEN = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 #: Format of the stored snapshot and node rows. Additive changes keep it; a change an older
 #: reader would misread bumps it, and such a reader then refuses the row instead.
 STATE_FORMAT_VERSION = 1

@@ -7,13 +7,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 
+from coordinator.functions import CoordinatorFunctions, FunctionSettings
 from coordinator.registry import SagaRegistry
 from coordinator.serverless import fire_due_timers, handle_reply_batch
 from coordinator.store import ApplyOutcome, SagaStore
 from participant_sdk.dead_letters import list_dead_letters
 from participant_sdk.protocol import ErrorKind, Outcome, encode
+from participant_sdk.records import InboundRecord
 from tests.integration.test_store_support import (
     ManualClock,
     ShipOrder,
@@ -62,6 +65,33 @@ async def test_a_batch_applies_replies_and_dead_letters_the_rest(store: SagaStor
     assert sorted(letter.offset for letter in letters) == [4, 5, 6]
     assert {c.step for c in await outbox_commands(store)} == {"hold"}
     await verify_all(store, ids)
+
+
+async def test_a_function_introspects_no_types(
+        store: SagaStore, fresh_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The function's pool is given every array codec the store binds when it connects, so
+    its first reply batch (locks, node rows, history, outbox, timers) introspects nothing."""
+    ids = [(await store.start_saga("tcc_order", {"order_id": f"o{i}", "amount": 1}))
+           .record.saga_id for i in range(2)]
+    commands = await outbox_commands(store)
+    introspected: list[set[int]] = []
+    original = asyncpg.Connection._introspect_types
+
+    async def counting(self: Any, typeoids: Any, *args: Any) -> Any:
+        introspected.append(set(typeoids))
+        return await original(self, typeoids, *args)
+
+    monkeypatch.setattr(asyncpg.Connection, "_introspect_types", counting)
+    fns = CoordinatorFunctions(FunctionSettings(dsn=fresh_db, pool_max_size=1), store.registry)
+    try:
+        records = [InboundRecord("p.replies", 0, i, None, encode(reply_to(c, Outcome.OK)), [])
+                   for i, c in enumerate(commands)]
+        assert await fns.handle_replies(records) == []
+    finally:
+        await fns.close()
+    assert introspected == []
+    await verify_all(store, ids)
+    assert len(await outbox_commands(store)) == len(commands)  # the replies' next commands
 
 
 async def test_a_tick_fires_due_timers(store: SagaStore, clock: ManualClock) -> None:
