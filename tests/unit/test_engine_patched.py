@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from coordinator.definition import DefinitionError
-from coordinator.engine import Status
+from coordinator.engine import Status, StepPhase
 from coordinator.engine.compiled import CompiledSaga
 from coordinator.engine.decide import replay
 from coordinator.engine.events import event_from_json
-from coordinator.flow import Patched
+from coordinator.flow import Patched, Sequence
 from participant_sdk.protocol import ErrorKind, Outcome
 from tests.unit.test_engine_tree import act as step
 from tests.unit.test_engine_tree import saga, sent
@@ -96,7 +96,11 @@ def test_replay_follows_the_recorded_choice() -> None:
     _replays_exactly(run)
     unrecorded = [(event_from_json({**h.event.to_json(), "patches": {}}), h.at)
                   for h in run.sim.history]
-    assert replay(AFTER, unrecorded).patches == {"fraud-check": "new"}
+    # Without the record (the rule at the first event would say new), replay takes the old
+    # path: an unrecorded guard was never reached on the guarded code. It stays unrecorded.
+    again = replay(AFTER, unrecorded)
+    assert again.patches == {} and "fraud" not in again.steps
+    assert again.steps["charge"].phase is StepPhase.SUCCEEDED
 
 
 def test_rollback_undoes_the_path_taken() -> None:
@@ -134,3 +138,22 @@ def test_a_guard_is_drawn_in_the_diagram_and_the_console() -> None:
 
     assert "version guard fraud-check" in mermaid(AFTER)
     assert "version guard fraud-check" in state_svg(AFTER)
+
+
+def test_a_guard_in_a_group_finished_on_the_old_code_is_undone_by_its_old_path() -> None:
+    """The sequence ``s`` succeeded before the guard was written: no walk reaches the guard
+    again, so it stays undecided; the rollback undoes the old path, and replay takes it."""
+    before = _v(Sequence("s", (step("x"), step("y"))), step("boom"))
+    after = _v(Sequence("s", (Patched("x-v2", new=step("x2"), old=step("x")), step("y"))),
+               step("boom"))
+    run = new_run(before)
+    run.world.answer(run.sim, run.sim.last())
+    run.world.answer(run.sim, run.sim.last())  # s done: boom in flight
+    _deploy(run, after)
+    run.world.answer(run.sim, run.sim.last(), Outcome.REJECTED, ErrorKind.BUSINESS)
+    drain(run)
+    assert run.sim.current.status is Status.COMPENSATED
+    assert run.sim.current.patches == {}  # undecided: the drain report keeps it live
+    assert [s for s, p in sent(run.sim) if p == "compensate"] == ["boom", "y", "x"]
+    assert run.world.undo_effects == {"x": 1, "y": 1}
+    _replays_exactly(run)

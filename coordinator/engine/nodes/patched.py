@@ -48,11 +48,7 @@ def choice_of(w: Work, node: CompiledGroup) -> PatchChoice | None:
 
 
 def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
-    choice = choice_of(w, node)
-    if choice is None:
-        choice = w.known_patches.get(node.change) or decide_path(w, node, scope)
-        w.update(patches={**w.get("patches"), node.change: choice})
-        w.note(f"patch {node.change}: {choice} path")
+    choice = choice_of(w, node) or _decide(w, node, scope)
     for child in node.path(choice):
         progress = base.forward(w, child, scope.key(child), scope)
         if progress is not Progress.DONE:
@@ -60,11 +56,27 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     return Progress.DONE
 
 
+def _decide(w: Work, node: CompiledGroup, scope: Scope) -> PatchChoice:
+    """Decide and record; replay takes the recorded decision. A change without one was never
+    reached by a walk on the guarded code (that walk records it), so what replay reaches here
+    ran on the code before the guard: the old path, left unrecorded as the saga left it (a
+    parallel that finished on the old code is not walked again, and its guards stay undecided)."""
+    known = w.known_patches
+    if known is not None and node.change not in known:
+        return "old"
+    choice = known[node.change] if known is not None else decide_path(w, node, scope)
+    w.update(patches={**w.get("patches"), node.change: choice})
+    w.note(f"patch {node.change}: {choice} path")
+    return choice
+
+
 def children(w: Work, node: CompiledGroup, key: str, scope: Scope
              ) -> Iterator[tuple[CompiledNode, str, Scope]]:
-    choice = choice_of(w, node)
-    if choice is None:
-        return iter(())
+    """The nodes of the path taken; while undecided, of the old path: a saga whose walk has
+    not reached the guard since it was written ran nothing of the new path, but it may have
+    run the old one (a parallel it finished on the old code is not walked again), and its
+    rollback must undo that."""
+    choice = choice_of(w, node) or "old"
     return base.existing(w, ((c, scope.key(c), scope) for c in node.path(choice)))
 
 
