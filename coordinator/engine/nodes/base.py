@@ -33,6 +33,7 @@ __all__ = [
     "enter",
     "finish",
     "forward",
+    "holder",
     "inner_scope",
     "result",
     "scope_of",
@@ -185,6 +186,18 @@ def existing(w: Work, pairs: Iterable[tuple[CompiledNode, str, Scope]]
 def is_guard(node: CompiledNode) -> bool:
     """A version guard (``Patched``): a node without a state of its own."""
     return isinstance(node, CompiledGroup) and node.kind is GroupKind.PATCHED
+
+
+def holder(w: Work, node: CompiledNode, key: str, scope: Scope
+           ) -> tuple[CompiledNode, str, Scope] | None:
+    """The node instance that holds a branch's state: the branch itself or, for a version
+    guard that is a branch's sole node (each of its paths is one node), the holder of its
+    path's node. ``None``: the guard's path is empty (the branch did not exist for this saga)."""
+    if not is_guard(node):
+        return node, key, scope
+    kids = list(children(w, node, key, scope))
+    assert len(kids) <= 1, f"{key}: a guard compiled as a branch has one node per path"
+    return holder(w, *kids[0]) if kids else None
 
 
 def completed_seq(w: Work, node: CompiledNode, key: str, scope: Scope) -> int | None:

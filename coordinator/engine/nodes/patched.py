@@ -4,7 +4,8 @@ The guard has no state of its own, so its nodes keep the keys and parents they h
 guard was written, and a saga started on the class without the guard runs on unchanged. The
 decision lives in ``SagaState.patches`` (one per change id) and in the history note; replay
 is handed the recorded decisions (``Work.known_patches``) so that it takes the same path even
-where the rule, applied early, would pick another one.
+where the rule, applied early, would pick another one. A guard that is a branch's only node is
+the branch (see ``compiled._sole_guard``), so the old path keeps the branch's keys too.
 """
 
 from __future__ import annotations
