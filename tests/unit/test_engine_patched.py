@@ -12,7 +12,7 @@ from coordinator.engine import Status, StepPhase
 from coordinator.engine.compiled import CompiledSaga
 from coordinator.engine.decide import replay
 from coordinator.engine.events import event_from_json
-from coordinator.flow import Patched, Sequence
+from coordinator.flow import ForEach, Parallel, Patched, Sequence
 from participant_sdk.protocol import ErrorKind, Outcome
 from tests.unit.test_engine_tree import act as step
 from tests.unit.test_engine_tree import saga, sent
@@ -156,4 +156,47 @@ def test_a_guard_in_a_group_finished_on_the_old_code_is_undone_by_its_old_path()
     assert run.sim.current.patches == {}  # undecided: the drain report keeps it live
     assert [s for s, p in sent(run.sim) if p == "compensate"] == ["boom", "y", "x"]
     assert run.world.undo_effects == {"x": 1, "y": 1}
+    _replays_exactly(run)
+
+
+def test_one_for_each_item_past_the_guard_keeps_every_item_on_the_old_path() -> None:
+    """Item 0 ran ``y`` on the old code; item 1 reaches the guard first on the new code. The
+    saga passed the point (in item 0), so it takes the old path everywhere: one saga, one
+    path, and its rollback undoes item 0's ``y``."""
+    def each(*body: Any) -> CompiledSaga:
+        return _v(ForEach("f", items=lambda ctx: [0, 1], body=body, max_concurrency=1),
+                  step("boom"))
+
+    run = new_run(each(step("x"), step("y")))
+    for _ in range(2):  # f[0].x, f[0].y done: f[1].x in flight
+        run.world.answer(run.sim, run.sim.last())
+    _deploy(run, each(step("x"), Patched("y-v2", new=step("y2"), old=step("y"))))
+    run.world.answer(run.sim, run.sim.last())  # f[1].x: the walk reaches item 1's guard
+    assert run.sim.current.patches == {"y-v2": "old"}
+    run.world.answer(run.sim, run.sim.last("f[1].y"))
+    run.world.answer(run.sim, run.sim.last("boom"), Outcome.REJECTED, ErrorKind.BUSINESS)
+    drain(run)
+    assert run.sim.current.status is Status.COMPENSATED
+    assert run.world.undo_effects == dict.fromkeys(["f[0].x", "f[0].y", "f[1].x", "f[1].y"], 1)
+    _replays_exactly(run)
+
+
+def test_guards_of_one_change_take_one_path() -> None:
+    """``b`` ran (in a parallel finished on the old code) under the change's first guard; the
+    second, reached first on the new code, takes the old path too."""
+    before = _v(Parallel("p", (step("b"), step("c"))), step("d"), step("e"), step("boom"))
+    after = _v(Parallel("p", (Patched("v2", new=step("b2"), old=step("b"), name="g1"),
+                              step("c"))),
+               step("d"), Patched("v2", new=step("e2"), old=step("e"), name="g2"),
+               step("boom"))
+    run = new_run(before)
+    run.world.answer(run.sim, run.sim.last("b"))
+    run.world.answer(run.sim, run.sim.last("c"))  # p done: d in flight
+    _deploy(run, after)
+    run.world.answer(run.sim, run.sim.last("d"))  # the walk reaches g2
+    assert run.sim.current.patches == {"v2": "old"}
+    run.world.answer(run.sim, run.sim.last("e"))
+    run.world.answer(run.sim, run.sim.last("boom"), Outcome.REJECTED, ErrorKind.BUSINESS)
+    drain(run)
+    assert run.world.undo_effects == dict.fromkeys("bcde", 1)
     _replays_exactly(run)

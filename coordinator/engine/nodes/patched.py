@@ -24,16 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["KIND", "decide_path"]
 
 
-def decide_path(w: Work, node: CompiledGroup, scope: Scope) -> PatchChoice:
+def decide_path(w: Work, node: CompiledGroup) -> PatchChoice:
     """The rule for a saga that has no decision yet: old if it already ran a node of the old
-    path or a node after the guard (it passed this point on the old code), else new."""
-    later = _later_siblings(w, node)
-    for top in (*node.path("old"), *later):
-        for n in walk(top):
-            state = w.steps.get(scope.prefix + n.name)
-            if state is not None and state.phase is not StepPhase.PENDING:
-                return "old"
-    return "new"
+    path or a node after the guard (it passed this point on the old code), else new. Every
+    instance counts, each for-each item's and each guard's of the same change: a saga takes
+    one path, so that its rollback undoes, and replay runs, what it ran."""
+    guards = (g for g in walk(w.definition.root) if isinstance(g, CompiledGroup)
+              and g.kind is GroupKind.PATCHED and g.change == node.change)
+    names = {n.name for guard in guards
+             for top in (*guard.path("old"), *_later_siblings(w, guard)) for n in walk(top)}
+    passed = any(s.node in names and s.phase is not StepPhase.PENDING
+                 for s in w.steps.values())
+    return "old" if passed else "new"
 
 
 def _later_siblings(w: Work, node: CompiledGroup) -> tuple[CompiledNode, ...]:
@@ -65,7 +67,7 @@ def _decide(w: Work, node: CompiledGroup, scope: Scope) -> PatchChoice:
     known = w.known_patches
     if known is not None and node.change not in known:
         return "old"
-    choice = known[node.change] if known is not None else decide_path(w, node, scope)
+    choice = known[node.change] if known is not None else decide_path(w, node)
     w.update(patches={**w.get("patches"), node.change: choice})
     w.note(f"patch {node.change}: {choice} path")
     return choice
