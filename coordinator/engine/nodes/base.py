@@ -162,8 +162,10 @@ def finish(w: Work, key: str, phase: StepPhase) -> None:
     w.update_step(key, **changes)
 
 
-def abandon_wait(w: Work, key: str, phase: StepPhase, note: str) -> Progress:
-    """Undo of a node that only waits (a sleep, a signal wait): drop its timer, mark it given up.
+def abandon_wait(w: Work, key: str, phase: StepPhase, note: str,
+                 why: str = "abandoned: its branch is being undone") -> Progress:
+    """Undo of a node that only waits (a sleep, a signal wait): drop its timer, mark it given up
+    (``why``: the node's note).
 
     Nothing was applied, so there is nothing to compensate; a node not waiting is left as is.
     """
@@ -172,7 +174,7 @@ def abandon_wait(w: Work, key: str, phase: StepPhase, note: str) -> Progress:
         if state.timer is not None:
             w.drop_timer(state.timer)
         w.update_step(key, phase=StepPhase.FAILED, timer=None, finished_at=w.now,
-                      abandoned=True, note="abandoned: its branch is being undone")
+                      abandoned=True, note=why)
         w.note(f"{key}: {note}")
     return Progress.DONE
 
