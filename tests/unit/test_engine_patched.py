@@ -200,3 +200,18 @@ def test_guards_of_one_change_take_one_path() -> None:
     drain(run)
     assert run.world.undo_effects == dict.fromkeys("bcde", 1)
     _replays_exactly(run)
+
+
+def test_a_nested_guard_whose_path_was_skipped_does_not_hold_up_the_undo_order() -> None:
+    """``s4`` is skipped (its ``when`` says no): the inner guard ran nothing, so the outer
+    guard completed when ``s2`` did, before ``s5``; ``s5`` is undone first."""
+    when = step("s4", when=lambda ctx: ctx.input.flag)
+    run = new_run(_v(Patched("g1", new=(step("s2"), Patched("g3", new=when))), step("s5"),
+                     step("boom")), flag=False)
+    run.world.answer(run.sim, run.sim.last("s2"))
+    run.world.answer(run.sim, run.sim.last("s5"))
+    run.world.answer(run.sim, run.sim.last("boom"), Outcome.REJECTED, ErrorKind.BUSINESS)
+    drain(run)
+    assert run.sim.current.steps["s4"].phase is StepPhase.SKIPPED
+    assert [s for s, p in sent(run.sim) if p == "compensate"] == ["boom", "s5", "s2"]
+    check_replay(run.sim)

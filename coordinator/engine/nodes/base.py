@@ -207,9 +207,15 @@ def completed_seq(w: Work, node: CompiledNode, key: str, scope: Scope) -> int | 
     (``None`` while one of them that ran is unfinished)."""
     if not is_guard(node):
         return w.step(key).completed_seq
-    seqs = [completed_seq(w, c, k, s) for c, k, s in children(w, node, key, scope)
-            if is_guard(c) or w.step(k).phase not in (StepPhase.PENDING, StepPhase.SKIPPED)]
+    seqs = [completed_seq(w, *kid) for kid in children(w, node, key, scope) if _ran(w, *kid)]
     return None if not seqs or None in seqs else max(s for s in seqs if s is not None)
+
+
+def _ran(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
+    """The node instance started (a guard: a node of its path did); a skipped one did not."""
+    if is_guard(node):
+        return any(_ran(w, *kid) for kid in children(w, node, key, scope))
+    return w.step(key).phase not in (StepPhase.PENDING, StepPhase.SKIPPED)
 
 
 def skipped(w: Work, key: str) -> bool:
