@@ -215,3 +215,16 @@ def test_a_nested_guard_whose_path_was_skipped_does_not_hold_up_the_undo_order()
     assert run.sim.current.steps["s4"].phase is StepPhase.SKIPPED
     assert [s for s, p in sent(run.sim) if p == "compensate"] == ["boom", "s5", "s2"]
     check_replay(run.sim)
+
+
+def test_a_guard_on_another_guards_path_sees_the_nodes_after_the_outer_guard() -> None:
+    """``c1`` added ``a`` before ``y``; ``c2`` later put both under a guard of its own. A saga
+    that ran ``y`` on the code before either does not run ``a`` late."""
+    run = new_run(_v(step("y"), step("z"), step("end")))
+    run.world.answer(run.sim, run.sim.last())  # y done: z in flight
+    _deploy(run, _v(Patched("c2", new=step("w"), old=(Patched("c1", new=step("a")), step("y"))),
+                    step("z"), step("end")))
+    drain(run)
+    assert [s for s, _ in sent(run.sim)] == ["y", "z", "end"]
+    assert run.sim.current.patches == {"c2": "old", "c1": "old"}
+    _replays_exactly(run)

@@ -38,9 +38,18 @@ def decide_path(w: Work, node: CompiledGroup) -> PatchChoice:
     return "old" if passed else "new"
 
 
-def _later_siblings(w: Work, node: CompiledGroup) -> tuple[CompiledNode, ...]:
+def _later_siblings(w: Work, node: CompiledNode) -> tuple[CompiledNode, ...]:
+    """The nodes that run after ``node`` in its sequence; on a guard's path, the rest of the
+    path, then the nodes after that guard."""
     parent = w.definition.node(w.definition.parents[node.name])
-    if not isinstance(parent, CompiledGroup) or parent.kind is not GroupKind.SEQUENCE:
+    if not isinstance(parent, CompiledGroup):
+        return ()
+    if parent.kind is GroupKind.PATCHED:
+        path = next(p for p in (parent.path("new"), parent.path("old"))
+                    if any(c is node for c in p))
+        rest = path[[c.name for c in path].index(node.name) + 1:]
+        return (*rest, *_later_siblings(w, parent))
+    if parent.kind is not GroupKind.SEQUENCE:
         return ()  # a branch of a parallel or a race: nothing runs after it in its branch
     return parent.children[parent.children.index(node) + 1:]
 
