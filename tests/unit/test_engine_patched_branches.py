@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from coordinator.definition import DefinitionError
 from coordinator.engine import Status, StepPhase
 from coordinator.engine.compiled import CompiledSaga, GroupKind, StepKind
 from coordinator.flow import Choice, Parallel, Patched, Race
@@ -223,3 +226,16 @@ def test_old_choice_past_its_branch_undoes_the_old_path_once() -> None:
     drain(run)
     _rolled_back_once(run, "b")
     _replays_exactly(run)
+
+
+def test_a_guard_beside_a_branchs_only_node_is_a_definition_error() -> None:
+    with pytest.raises(DefinitionError, match=r"p: branches\[0\]: without its guards this "
+                                              r"branch is the single node 'b'"):
+        _par((Patched("add-audit", new=act("audit")), act("b")))
+    with pytest.raises(DefinitionError, match=r"ch: otherwise: .* single node 'o'"):
+        saga(Choice("ch", ((lambda ctx: True, act("b")),),
+                    otherwise=(act("o"), Patched("x", new=act("x1"), old=None))))
+    # Guarding the whole branch, or a branch that had several nodes, is fine.
+    _par(Patched("add-audit", new=(act("audit"), act("b2")), old=act("b")))
+    _par((Patched("add-audit", new=act("audit")), act("b"), act("b3")))
+    _par((Patched("n", new=act("n1")), Patched("m", new=act("m1"))))  # a new branch

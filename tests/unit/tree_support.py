@@ -136,6 +136,8 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     def branch() -> Any:
         width = draw(st.integers(1, 2))
         kids = tuple(draw(nodes(names, depth + 1, race, each)) for _ in range(width))
+        if width > 1 and len(_before_guards(kids)) == 1:
+            return kids[0]  # a guard beside a branch's only node: a definition error
         return kids if width > 1 else kids[0]
 
     if kind == "sequence":
@@ -157,6 +159,18 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
                        old=branch() if draw(st.booleans()) else None)
     return Choice(name, ((lambda ctx: ctx.input.flag, branch()),),
                   otherwise=branch() if draw(st.booleans()) else None)
+
+
+def _before_guards(kids: tuple[Any, ...]) -> list[Any]:
+    """A branch's nodes before its guards were written (each guard by its old path)."""
+    out: list[Any] = []
+    for kid in kids:
+        if isinstance(kid, Patched):
+            old = kid.old if isinstance(kid.old, tuple) else (kid.old,)
+            out.extend(_before_guards(old) if kid.old is not None else ())
+        else:
+            out.append(kid)
+    return out
 
 
 @st.composite
