@@ -285,6 +285,8 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
             if not kids:
                 out.append(f"{at}: {label} is empty")
                 continue
+            if isinstance(node, Parallel | Race | Choice):
+                out.extend(_guard_beside_problems(f"{at}: {label}", kids))
             out.extend(node_problems(where, kids, seen, depth + 1, step_problems, race))
         out.extend(_own_problems(at, node))
     return out
@@ -359,6 +361,29 @@ def _name_problems(at: str, name: Any, seen: set[str]) -> list[str]:
     if name in seen:
         return [f"{at}: duplicate node name {name!r}"]
     return []
+
+
+def _guard_beside_problems(at: str, kids: tuple[Any, ...]) -> list[str]:
+    """A guard beside what was a branch's only node turns the branch into a sequence that the
+    sagas started before the guard do not have (their rollback would pass the branch by)."""
+    before = _before_guards(kids)
+    if len(kids) == 1 or len(before) != 1 or not any(isinstance(k, Patched) for k in kids):
+        return []
+    name = getattr(before[0], "name", "?")
+    return [f"{at}: without its guards this branch is the single node {name!r}; a guard "
+            "beside it makes the branch a sequence that sagas started before the guard lack: "
+            f"guard the whole branch instead (Patched(change, new=(...), old={name}))"]
+
+
+def _before_guards(kids: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The nodes of a branch as they were before its guards: each guard by its old path."""
+    out: list[Any] = []
+    for kid in kids:
+        if isinstance(kid, Patched):
+            out.extend(_before_guards(branch_nodes(kid.old)) if kid.old is not None else ())
+        else:
+            out.append(kid)
+    return tuple(out)
 
 
 def child_branches(node: Any) -> list[Any]:

@@ -425,9 +425,22 @@ def _group(name: str, kind: GroupKind, nodes: Any, description: str) -> Compiled
 def _branch(name: str, branch: Any) -> CompiledNode:
     """A branch of one node is that node; a tuple of nodes becomes a sequence ``name``."""
     nodes = flow.branch_nodes(branch)
-    if len(nodes) == 1 and not isinstance(nodes[0], flow.Patched):
-        return _compile_node(nodes[0])  # a guard has no state: its branch needs a sequence
-    return _group(name, GroupKind.SEQUENCE, nodes, "")
+    if len(nodes) != 1:
+        return _group(name, GroupKind.SEQUENCE, nodes, "")
+    if isinstance(nodes[0], flow.Patched):
+        return _sole_guard(name, nodes[0])
+    return _compile_node(nodes[0])
+
+
+def _sole_guard(name: str, spec: flow.Patched) -> CompiledGroup:
+    """A version guard alone in the branch ``name`` is the branch, and each of its paths is
+    compiled as a branch of its own: the old path gets the shape, keys and parents the branch
+    had before the guard was written (a saga started then lines up with it), and each path is
+    one node, which holds the branch's state (a race's win order, its background undo)."""
+    new = _branch(f"{name}.{spec.node_name}", spec.new)
+    old = () if spec.old is None else (_branch(name, spec.old),)
+    return CompiledGroup(name=spec.node_name, kind=GroupKind.PATCHED, children=(new, *old),
+                         change=spec.change, new_count=1, description=spec.description)
 
 
 def _compile_step(spec: TccStep | SagaStep) -> CompiledStep:

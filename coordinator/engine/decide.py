@@ -46,6 +46,9 @@ def advance(
     stored then) and :class:`InvalidInput` when a start's input does not validate.
     An event that changes nothing (duplicate or stale) yields a decision with ``ignored`` set,
     the state unchanged and one history entry saying why.
+
+    ``known_patches`` (replay only): every version-guard decision recorded for the saga; a
+    guard with none takes its old path, unrecorded (see ``nodes.patched``).
     """
     if isinstance(event, SagaStarted):
         if state is not None:

@@ -16,6 +16,7 @@ from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
 from coordinator.engine.leaf import send_finish, succeed
+from coordinator.engine.nodes.base import abandon_wait
 from coordinator.engine.starting import cancel_scheduled
 from coordinator.engine.state import Stage, Status, StepPhase
 from coordinator.engine.work import ACTIVE_PHASE, Work
@@ -245,6 +246,9 @@ def _resolve(w: Work, event: OperatorRepair) -> None:
         if step.outstanding is not None or step.retry_timer is not None:
             w.abandon(key)
             w.note(f"{key}: {step.phase.value} abandoned by resolve")
+        elif step.phase.is_deliberate_wait:  # a wait the rollback never reached, dead first
+            abandon_wait(w, key, step.phase, f"{step.phase.value} abandoned by resolve",
+                         why="abandoned: the saga was resolved by hand")
     w.update(
         undoing=[],
         status=Status(wanted),

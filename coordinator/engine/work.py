@@ -57,8 +57,9 @@ class Work:
     def __init__(self, definition: CompiledSaga, state: SagaState, now: datetime,
                  known_patches: Mapping[str, PatchChoice] | None = None) -> None:
         self.definition = definition
-        #: Version-guard decisions already recorded for this saga (replay is given them).
-        self.known_patches: Mapping[str, PatchChoice] = known_patches or {}
+        #: Replay: every version-guard decision recorded for this saga (``None``: a live
+        #: decision, which decides by the rule).
+        self.known_patches: Mapping[str, PatchChoice] | None = known_patches
         self._state = state
         #: Field changes not yet folded into ``_state`` (folded on the next read of ``state``).
         self._pending: dict[str, Any] = {}

@@ -20,7 +20,8 @@ from coordinator.engine import (
 from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.machine import node_edges
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import Race, Sleep, SleepUntil
+from coordinator.flow import Parallel, Race, Sleep, SleepUntil
+from participant_sdk.protocol import ErrorKind, Outcome
 from tests.unit.test_engine_tree import act, ok, saga, sent
 from tests.unit.tree_support import TreeInput, check_invariants, check_moves, check_replay, new_run
 
@@ -91,6 +92,26 @@ def test_operator_cancel_of_a_sleeping_saga_removes_its_timer() -> None:
     ok(run, "a", None)  # the compensation of "a"
     assert sim.current.status is Status.CANCELLED
     run.cancelled = True
+    check_invariants(run)
+    check_moves(sim)
+    check_replay(sim)
+
+
+def test_resolving_a_dead_saga_drops_the_timer_of_a_sleep_its_rollback_never_reached() -> None:
+    """``b`` failing rolls back the parallel; it goes dead at ``a`` (in flight, irreversible)
+    before it cut the sibling sleep short. A resolve by hand ends the saga: the sleep too."""
+    run = new_run(saga(Parallel("p", (act("a", compensable=False), act("b"),
+                                      Sleep("nap", timedelta(days=1))))))
+    run.world.answer(run.sim, run.sim.last("b"), Outcome.REJECTED, ErrorKind.BUSINESS)
+    sim = run.sim
+    assert sim.current.status is Status.DEAD and sim.current.dead_step == "a"
+    timer_id = sim.current.steps["nap"].timer
+    decision = sim.repair(RepairVerb.RESOLVE, payload={"status": "compensated"})
+    assert timer_id is not None and timer_id in decision.cancel_timers
+    nap = sim.current.steps["nap"]
+    assert (nap.phase, nap.timer) == (StepPhase.FAILED, None)
+    assert sim.next_timer(TimerKind.SLEEP) is None
+    run.by_hand = True
     check_invariants(run)
     check_moves(sim)
     check_replay(sim)

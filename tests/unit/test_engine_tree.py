@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
 from coordinator.definition import DefinitionError, Saga, SagaStep, TccStep
@@ -21,11 +21,14 @@ from tests.unit.tree_support import (
     check_invariants,
     check_moves,
     check_replay,
+    compile_tree,
     definitions,
     drain,
     drive_randomly,
+    guarded,
     new_run,
     outstanding,
+    tree_steps,
 )
 
 
@@ -276,6 +279,32 @@ def test_random_trees_under_adversity_end_legally_undo_once_and_replay(
     check_invariants(run)
     check_moves(run.sim)
     check_replay(run.sim)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=tree_steps(), data=st.data(), n=st.integers(0, 3), flag=st.booleans())
+def test_random_trees_with_a_guard_deployed_mid_run_end_legally_undo_once_and_replay(
+    steps: tuple[Any, ...], data: st.DataObject, n: int, flag: bool
+) -> None:
+    """A saga runs a while on a tree, then the same version gains a guard around a random
+    node or branch (or a node added before one): it ends legally, undoes each effect once and
+    replays on the guarded tree."""
+    run = new_run(compile_tree(steps), n=n, flag=flag)
+    drive_randomly(data, run, steps=data.draw(st.sampled_from([3, 12]), label="before"))
+    changed, site = data.draw(guarded(steps), label="deployed")
+    try:
+        after = compile_tree(changed)
+    except DefinitionError:
+        reject()  # nested too deep for validation
+    event(f"site: {site}")
+    run.sim.definition = after
+    drive_randomly(data, run)
+    drain(run)
+    event(f"end: {run.sim.current.status.value}")
+    event(f"guard: {run.sim.current.patches.get('deployed', 'undecided')}")
+    check_invariants(run)
+    check_moves(run.sim)
+    assert run.sim.replayed().to_json() == run.sim.current.to_json()
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -136,6 +136,8 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     def branch() -> Any:
         width = draw(st.integers(1, 2))
         kids = tuple(draw(nodes(names, depth + 1, race, each)) for _ in range(width))
+        if width > 1 and len(_before_guards(kids)) == 1:
+            return kids[0]  # a guard beside a branch's only node: a definition error
         return kids if width > 1 else kids[0]
 
     if kind == "sequence":
@@ -159,13 +161,105 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
                   otherwise=branch() if draw(st.booleans()) else None)
 
 
+def _before_guards(kids: tuple[Any, ...]) -> list[Any]:
+    """A branch's nodes before its guards were written (each guard by its old path)."""
+    out: list[Any] = []
+    for kid in kids:
+        if isinstance(kid, Patched):
+            old = kid.old if isinstance(kid.old, tuple) else (kid.old,)
+            out.extend(_before_guards(old) if kid.old is not None else ())
+        else:
+            out.append(kid)
+    return out
+
+
 @st.composite
-def definitions(draw: st.DrawFn) -> CompiledSaga:
+def tree_steps(draw: st.DrawFn) -> tuple[Any, ...]:
     names = itertools.count()
-    steps = tuple(draw(nodes(names)) for _ in range(draw(st.integers(1, 3))))
+    return tuple(draw(nodes(names)) for _ in range(draw(st.integers(1, 3))))
+
+
+def compile_tree(steps: tuple[Any, ...]) -> CompiledSaga:
     cls = type("RandomTree", (Saga,), {"name": "tree", "version": 1,
                                        "input_model": TreeInput, "steps": steps})
     return compile_saga(cls)
+
+
+@st.composite
+def definitions(draw: st.DrawFn) -> CompiledSaga:
+    return compile_tree(draw(tree_steps()))
+
+
+# -- a guard written into a tree while a saga runs ---------------------------------------------
+
+
+@dataclass
+class _Wrap:
+    """Rebuilds a tree with its ``target``-th site guarded: a node of a sequence (the body, a
+    ``Sequence``, a for-each body, a branch of several nodes) replaced or preceded by a guard,
+    or a whole parallel, race or choice branch replaced by a guard alone."""
+
+    target: int
+    new: Any
+    insert: bool
+    seen: int = 0
+    #: What the guard went around: "node", "added" (before a node) or "branch".
+    site: str = ""
+    #: The dry run's sites by kind ("node": in a sequence, "branch": a whole branch).
+    sites: dict[str, list[int]] = field(default_factory=dict)
+
+    def _hit(self, kind: str) -> bool:
+        self.sites.setdefault(kind, []).append(self.seen)
+        self.seen += 1
+        return self.seen - 1 == self.target
+
+    def _guard(self, old: Any) -> Patched:
+        return Patched("deployed", new=self.new, old=old)
+
+    def nodes(self, items: tuple[Any, ...]) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for item in items:
+            if self._hit("node"):
+                self.site = "added" if self.insert else "node"
+                out.extend((self._guard(None), self.node(item)) if self.insert
+                           else (self._guard(item),))
+            else:
+                out.append(self.node(item))
+        return tuple(out)
+
+    def branch(self, branch: Any) -> Any:
+        if self._hit("branch"):
+            self.site = "branch"
+            return self._guard(branch)
+        return self.nodes(branch) if isinstance(branch, tuple) else self.node(branch)
+
+    def node(self, node: Any) -> Any:
+        if isinstance(node, Sequence):
+            return replace(node, steps=self.nodes(node.steps))
+        if isinstance(node, ForEach):
+            return replace(node, body=self.nodes(node.body))
+        if isinstance(node, Parallel | Race):
+            return replace(node, branches=tuple(self.branch(b) for b in node.branches))
+        if isinstance(node, Choice):
+            return replace(node, branches=tuple((g, self.branch(b)) for g, b in node.branches),
+                           otherwise=None if node.otherwise is None
+                           else self.branch(node.otherwise))
+        return node  # a leaf, or a guard already there: wrapped whole, never entered
+
+
+@st.composite
+def guarded(draw: st.DrawFn, steps: tuple[Any, ...]) -> tuple[tuple[Any, ...], str]:
+    """``steps`` with one site put under the version guard ``deployed`` (its new path: one or
+    two fresh TCC steps, reversible so that a race may hold them), and the site's kind."""
+    dry = _Wrap(target=-1, new=None, insert=False)
+    dry.nodes(steps)
+    fresh = tuple(TccStep(f"new{i}", f"pnew{i}", "do", retry=FAST)
+                  for i in range(draw(st.integers(1, 2), label="new path")))
+    kind = draw(st.sampled_from(sorted(dry.sites)), label="site kind")  # branches as often
+    wrap = _Wrap(target=draw(st.sampled_from(dry.sites[kind]), label="site"),
+                 new=fresh if len(fresh) > 1 else fresh[0],
+                 insert=draw(st.booleans(), label="added (old=None)"))
+    return wrap.nodes(steps), wrap.site
 
 
 # -- driving ----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ __all__ = [
     "enter",
     "finish",
     "forward",
+    "holder",
     "inner_scope",
     "result",
     "scope_of",
@@ -161,8 +162,10 @@ def finish(w: Work, key: str, phase: StepPhase) -> None:
     w.update_step(key, **changes)
 
 
-def abandon_wait(w: Work, key: str, phase: StepPhase, note: str) -> Progress:
-    """Undo of a node that only waits (a sleep, a signal wait): drop its timer, mark it given up.
+def abandon_wait(w: Work, key: str, phase: StepPhase, note: str,
+                 why: str = "abandoned: its branch is being undone") -> Progress:
+    """Undo of a node that only waits (a sleep, a signal wait): drop its timer, mark it given up
+    (``why``: the node's note).
 
     Nothing was applied, so there is nothing to compensate; a node not waiting is left as is.
     """
@@ -171,7 +174,7 @@ def abandon_wait(w: Work, key: str, phase: StepPhase, note: str) -> Progress:
         if state.timer is not None:
             w.drop_timer(state.timer)
         w.update_step(key, phase=StepPhase.FAILED, timer=None, finished_at=w.now,
-                      abandoned=True, note="abandoned: its branch is being undone")
+                      abandoned=True, note=why)
         w.note(f"{key}: {note}")
     return Progress.DONE
 
@@ -187,21 +190,31 @@ def is_guard(node: CompiledNode) -> bool:
     return isinstance(node, CompiledGroup) and node.kind is GroupKind.PATCHED
 
 
+def holder(w: Work, node: CompiledNode, key: str, scope: Scope
+           ) -> tuple[CompiledNode, str, Scope] | None:
+    """The node instance that holds a branch's state: the branch itself or, for a version
+    guard that is a branch's sole node (each of its paths is one node), the holder of its
+    path's node. ``None``: the guard's path is empty (the branch did not exist for this saga)."""
+    if not is_guard(node):
+        return node, key, scope
+    kids = list(children(w, node, key, scope))
+    assert len(kids) <= 1, f"{key}: a guard compiled as a branch has one node per path"
+    return holder(w, *kids[0]) if kids else None
+
+
 def completed_seq(w: Work, node: CompiledNode, key: str, scope: Scope) -> int | None:
     """When the node instance succeeded; a guard: when the last node of its path did
     (``None`` while one of them that ran is unfinished)."""
     if not is_guard(node):
         return w.step(key).completed_seq
-    seqs = [completed_seq(w, c, k, s) for c, k, s in children(w, node, key, scope)
-            if ran(w, c, k, s)]
+    seqs = [completed_seq(w, *kid) for kid in children(w, node, key, scope) if _ran(w, *kid)]
     return None if not seqs or None in seqs else max(s for s in seqs if s is not None)
 
 
-def ran(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
-    """The node instance started (a guard: a node of its path did). One that did not has no
-    completion to order by: a nested guard whose path was all skipped is not unfinished."""
+def _ran(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
+    """The node instance started (a guard: a node of its path did); a skipped one did not."""
     if is_guard(node):
-        return any(ran(w, c, k, s) for c, k, s in children(w, node, key, scope))
+        return any(_ran(w, *kid) for kid in children(w, node, key, scope))
     return w.step(key).phase not in (StepPhase.PENDING, StepPhase.SKIPPED)
 
 

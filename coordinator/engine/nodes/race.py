@@ -27,23 +27,27 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     if state.phase is StepPhase.FAILED:
         return Progress.FAILED
     inner = base.inner_scope(w, node, key, scope)
+    held: list[tuple[CompiledNode, str, Scope]] = []
     done: list[str] = []
     failed = 0
     for branch in node.children:
         bk = inner.key(branch)
         progress = base.forward(w, branch, bk, inner)
+        holder = base.holder(w, branch, bk, inner)  # a guard as the branch: its path's node
+        if holder is None:
+            continue  # a guard's empty path: the branch does not exist for this saga
+        held.append(holder)
         if progress is Progress.DONE:
-            done.append(bk)
+            done.append(holder[1])
         elif progress is Progress.FAILED:
             failed += 1
-            _give_up(w, branch, bk, inner)
-    need, total = node.quorum, len(node.children)
+            _give_up(w, *holder)
+    need, total = node.quorum, len(held)
     if len(done) >= need:
         winners = sorted(done, key=lambda bk: w.step(bk).completed_seq or 0)[:need]
-        for branch in node.children:
-            bk = inner.key(branch)
-            if bk not in winners:
-                _give_up(w, branch, bk, inner)
+        for holder in held:
+            if holder[1] not in winners:
+                _give_up(w, *holder)
         w.update_step(key, winners=winners)
         base.finish(w, key, StepPhase.SUCCEEDED)
         w.note(f"{key}: won by {', '.join(winners)}")
@@ -70,8 +74,9 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
 def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
     """The winner's result; with a quorum above one, the winners' results in win order."""
     winners = (w.step(key).winners or []) if key in w.steps else []
-    by_key = {k: (c, s) for c, k, s in children(w, node, key, scope)}
-    out = [base.result(w, by_key[k][0], k, by_key[k][1]) for k in winners if k in by_key]
+    held = (base.holder(w, *kid) for kid in children(w, node, key, scope))
+    by_key = {h[1]: h for h in held if h is not None}
+    out = [base.result(w, *by_key[k]) for k in winners if k in by_key]
     return out[0] if node.quorum == 1 and out else out
 
 
