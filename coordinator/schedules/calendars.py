@@ -14,7 +14,9 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 import holidays
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from coordinator.schedules.declared_fields import Declared
 
 __all__ = ["BusinessCalendar", "add_business_days"]
 
@@ -31,7 +33,7 @@ def _public_holidays(country: str, subdivision: str | None) -> Container[date]:
     return found
 
 
-class BusinessCalendar(BaseModel):
+class BusinessCalendar(Declared):
     """Open and closed days. ``on_closed`` says what a schedule does with a closed day's time:
     ``skip`` it, or ``shift`` it to the same local time on the next business day."""
 

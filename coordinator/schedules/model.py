@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from coordinator.schedules.declared_fields import Declared
 from coordinator.schedules.spec import ScheduleSpec
 
 __all__ = ["SCHEDULE_ID", "Outcome", "Overlap", "ScheduleDefinition", "ScheduleState"]
@@ -42,7 +43,7 @@ class Outcome(StrEnum):
 RAN: Final = frozenset({Outcome.STARTED, Outcome.TRIGGERED, Outcome.BACKFILLED})
 
 
-class ScheduleDefinition(BaseModel):
+class ScheduleDefinition(Declared):
     """What an operator or a saga class declares. The firing state lives beside it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
 import asyncpg
 
+from coordinator.schedules.declared_fields import STORED
 from coordinator.schedules.errors import ScheduleConflict, ScheduleNotFound
 from coordinator.schedules.model import ScheduleDefinition, ScheduleState
 
-__all__ = ["RUN_NAMESPACE", "RunRecord", "delete", "get", "get_run", "insert", "jitter_of",
-           "list_all", "list_runs", "run_saga_id", "set_paused", "update"]
+__all__ = ["RUN_NAMESPACE", "RunRecord", "definition_of", "delete", "get", "get_run", "insert",
+           "jitter_of", "list_all", "list_runs", "run_saga_id", "set_paused", "stored_columns",
+           "update"]
 
 #: uuid5 namespace of the saga ids of schedule runs (fixed forever: ids must stay stable).
 RUN_NAMESPACE: Final = UUID("6f1c2a4e-5b0d-4c1e-9a55-20a1c0de5c4e")
@@ -45,7 +48,8 @@ def due_for(definition: ScheduleDefinition, nominal: datetime | None) -> datetim
     return None if nominal is None else nominal + jitter_of(definition, nominal)
 
 
-def definition_of(row: asyncpg.Record) -> ScheduleDefinition:
+def definition_of(row: Mapping[str, Any]) -> ScheduleDefinition:
+    """A row's definition; fields a newer build added to its JSON are ignored."""
     return ScheduleDefinition.model_validate({
         "id": row["id"], "saga_type": row["saga_type"], "saga_version": row["saga_version"],
         "input": json.loads(row["input"]), "fire_time_field": row["fire_time_field"],
@@ -53,7 +57,7 @@ def definition_of(row: asyncpg.Record) -> ScheduleDefinition:
         "catchup_window": timedelta(seconds=row["catchup_window_s"]),
         "jitter": timedelta(seconds=row["jitter_s"]), "paused": row["paused"],
         "note": row["note"],
-    })
+    }, context=STORED)
 
 
 def state_of(row: asyncpg.Record) -> ScheduleState:
@@ -68,10 +72,18 @@ def state_of(row: asyncpg.Record) -> ScheduleState:
         created_by=row["created_by"], updated_by=row["updated_by"])
 
 
+def stored_columns(d: ScheduleDefinition) -> dict[str, Any]:
+    """The definition's columns of a ``schedules`` row, as written (``input`` and ``spec``
+    as JSON text); :func:`definition_of` reads them back."""
+    return {"saga_type": d.saga_type, "saga_version": d.saga_version,
+            "input": json.dumps(d.input), "fire_time_field": d.fire_time_field,
+            "spec": d.spec.model_dump_json(), "overlap": d.overlap.value,
+            "catchup_window_s": d.catchup_window.total_seconds(),
+            "jitter_s": d.jitter.total_seconds(), "paused": d.paused, "note": d.note}
+
+
 def _definition_args(d: ScheduleDefinition) -> list[Any]:
-    return [d.saga_type, d.saga_version, json.dumps(d.input), d.fire_time_field,
-            d.spec.model_dump_json(), d.overlap.value, d.catchup_window.total_seconds(),
-            d.jitter.total_seconds(), d.paused, d.note]
+    return list(stored_columns(d).values())
 
 
 async def insert(conn: asyncpg.Connection, d: ScheduleDefinition, *, now: datetime,

@@ -17,9 +17,10 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from coordinator.schedules.calendars import BusinessCalendar
+from coordinator.schedules.declared_fields import Declared
 
 __all__ = ["IntervalSpec", "ScheduleSpec"]
 
@@ -29,7 +30,7 @@ _US = timedelta(microseconds=1)
 _MAX_STEPS = 200_000
 
 
-class IntervalSpec(BaseModel):
+class IntervalSpec(Declared):
     """Every ``every``, at epoch + ``offset`` + k * ``every`` (``every=1h, offset=15m``: at
     quarter past each hour, UTC)."""
 
@@ -52,7 +53,7 @@ class IntervalSpec(BaseModel):
         return EPOCH + self.offset + timedelta(microseconds=(since // every + 1) * every)
 
 
-class ScheduleSpec(BaseModel):
+class ScheduleSpec(Declared):
     """Cron expressions (5 fields, or 6 with seconds last), intervals and one-shot times."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

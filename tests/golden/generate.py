@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,10 @@ from coordinator.engine.events import (
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
 from coordinator.flow import Patched, SagaStep, Sleep, WaitForSignal
+from coordinator.schedules.calendars import BusinessCalendar
+from coordinator.schedules.model import Overlap, ScheduleDefinition
+from coordinator.schedules.repository import stored_columns
+from coordinator.schedules.spec import IntervalSpec, ScheduleSpec
 from coordinator.signal_wire import SignalEnvelope
 from coordinator.store.nodes import node_writes, spine_json
 from examples.checkout_saga import CheckoutSaga
@@ -221,10 +225,42 @@ def documents() -> dict[str, Any]:
         error=ErrorInfo(kind=ErrorKind.BUSINESS, message="card declined")
     ).model_dump(mode="json")
     docs["wire/doc-command-example.json"] = _doc_command_example()
+    for name, definition in _schedules().items():
+        docs[f"stored/schedule-{name}.json"] = schedule_row(definition)
     docs["wire/signal.json"] = SignalEnvelope(
         saga_id=waits.saga_id, name="paid", signal_id="pay-1", payload={"amount_cents": 1250},
         sender="payments").model_dump(mode="json")
     return docs
+
+
+def _schedules() -> dict[str, ScheduleDefinition]:
+    """A cron and interval schedule, and a one-shot one on a business calendar."""
+    return {
+        "cron": ScheduleDefinition(
+            id="nightly-report", saga_type="order_saga", saga_version=1,
+            input={"order_id": "o-1"}, fire_time_field="as_of",
+            spec=ScheduleSpec(cron=("0 2 * * *",), timezone="Europe/Paris",
+                              intervals=(IntervalSpec(every=timedelta(hours=6),
+                                                      offset=timedelta(minutes=15)),),
+                              start_at=datetime(2026, 1, 1, tzinfo=UTC)),
+            overlap=Overlap.BUFFER_ONE, catchup_window=timedelta(minutes=5),
+            jitter=timedelta(seconds=30), note="reports"),
+        "calendar": ScheduleDefinition(
+            id="month-end", saga_type="order_saga",
+            spec=ScheduleSpec(at=(datetime(2026, 12, 31, 18, tzinfo=UTC),),
+                              calendar=BusinessCalendar(country="DE", subdivision="BY",
+                                                        closed_dates=(date(2026, 12, 24),),
+                                                        on_closed="shift")),
+            paused=True),
+    }
+
+
+def schedule_row(definition: ScheduleDefinition) -> dict[str, Any]:
+    """A ``schedules`` row's definition columns as the repository writes them (the JSON
+    columns decoded, so the file reads as the row's JSON)."""
+    columns = stored_columns(definition)
+    return {"id": definition.id, **columns, "input": json.loads(columns["input"]),
+            "spec": json.loads(columns["spec"])}
 
 
 def _doc_command_example() -> dict[str, Any]:

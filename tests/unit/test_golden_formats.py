@@ -21,10 +21,12 @@ from pydantic import ValidationError
 from coordinator.engine import SagaState, event_from_json
 from coordinator.engine.events import Event
 from coordinator.engine.state import StepState
+from coordinator.schedules.repository import definition_of
 from coordinator.signal_wire import decode_signal
 from coordinator.store.nodes import dumps, spine_json, state_from_rows, steps_json
 from coordinator.store.store import _Timer
 from participant_sdk.protocol import decode_command, decode_reply
+from tests.golden.generate import schedule_row
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 FORMATS = sorted(GOLDEN.glob("format-*"))
@@ -66,6 +68,12 @@ def _spine(doc: Any) -> Any:
     return json.loads(spine_json(state))
 
 
+def _schedule(doc: Any) -> Any:
+    """A ``schedules`` row through the repository's reader, back to its columns."""
+    row = {**doc, "input": json.dumps(doc["input"]), "spec": json.dumps(doc["spec"])}
+    return schedule_row(definition_of(row))
+
+
 def _command(doc: Any) -> Any:
     return decode_command(json.dumps(doc).encode()).model_dump(mode="json")
 
@@ -96,6 +104,8 @@ def _reader(name: str) -> Callable[[Any], Any]:
         return _timer
     if name.startswith("wire/reply-"):
         return _reply
+    if name.startswith("stored/schedule-"):
+        return _schedule
     raise AssertionError(f"no reader for golden file {name}: add one")
 
 
@@ -148,7 +158,8 @@ def test_there_are_golden_files_of_every_format() -> None:
             "stored/nodes-running.json", "stored/history.json", "stored/timer-delivery.json",
             "wire/command.json", "wire/reply-ok.json", "wire/signal.json",
             "stored/snapshot-scheduled.json", "stored/snapshot-sleeping.json",
-            "stored/snapshot-waiting.json"} <= names
+            "stored/snapshot-waiting.json", "stored/schedule-cron.json",
+            "stored/schedule-calendar.json"} <= names
 
 
 @pytest.mark.parametrize(("name", "path"), _files(), ids=[n for n, _ in _files()])

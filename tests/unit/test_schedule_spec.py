@@ -17,6 +17,7 @@ from coordinator.schedules import (
     add_business_days,
     run_saga_id,
 )
+from coordinator.schedules.declared_fields import STORED
 
 NY = ZoneInfo("America/New_York")
 
@@ -171,3 +172,12 @@ def test_jitter_is_deterministic_and_bounded() -> None:
     assert all(timedelta(0) <= j < timedelta(seconds=30) for j in delays)
     assert len(set(delays)) > 40  # spread, not one constant
     assert jitter_of(d.model_copy(update={"jitter": timedelta(0)}), times[0]) == timedelta(0)
+
+
+def test_an_unknown_field_is_a_typo_from_an_operator_but_ignored_in_a_stored_row() -> None:
+    typo = {"cron": ["0 2 * * *"], "timezon": "Europe/Paris",
+            "intervals": [{"every": "PT1H", "offsett": "PT1M"}]}
+    with pytest.raises(ValidationError, match="timezon"):
+        ScheduleSpec.model_validate(typo)
+    stored = ScheduleSpec.model_validate(typo, context=STORED)
+    assert stored.timezone == "UTC" and stored.intervals[0].offset == timedelta(0)
