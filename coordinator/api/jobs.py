@@ -19,7 +19,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Collection
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -309,7 +309,7 @@ class RepairJobRunner:
                     "applied before the job was resumed")
         try:
             return await apply_migration(self.store, saga_id, to_version, principal=actor,
-                                         reason=reason, now=datetime.now(UTC))
+                                         reason=reason)
         except TransientStoreError:
             raise
         except (StoreError, ValueError, LookupError) as exc:

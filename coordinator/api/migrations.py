@@ -9,20 +9,17 @@ runner (verb ``migrate``) that calls :func:`apply_migration` for each saga.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.api.repairs import operator_actor
-from coordinator.engine import InvalidTransition, advance
+from coordinator.engine import InvalidTransition
 from coordinator.engine.compiled import CompiledMigration
 from coordinator.engine.events import Migrated
 from coordinator.engine.migrate import plan_migration
-from coordinator.store import SagaStore
-from coordinator.store._writes import LOCK_SAGAS, Change, LockedSaga, write_changes
-from coordinator.store.nodes import load_states
+from coordinator.store import SagaNotFound, SagaStore
 
 __all__ = ["MIGRATE_VERB", "DryRunOut", "DryRunRequest", "MigrationJobOut", "MigrationRequest",
            "NoMigration", "apply_migration", "declared", "dry_run"]
@@ -118,28 +115,26 @@ MIGRATE_VERB = "migrate"
 
 
 async def apply_migration(store: SagaStore, saga_id: UUID, to_version: int, *, principal: str,
-                          reason: str, now: datetime) -> tuple[str, str | None, str | None]:
-    """Move one saga to ``to_version`` in one transaction: its ``Migrated`` history row, the
-    new state and ``sagas.saga_version`` together. (outcome, status, message) as the job
-    runner records them; refused (nothing written) when the dry run would say it cannot."""
-    async with store.transaction() as conn:
-        row = await conn.fetchrow(LOCK_SAGAS, [saga_id])
-        if row is None:
-            return "not_found", None, f"no saga {saga_id}"
-        saga = LockedSaga.from_row(row)
-        target = store.definition(saga.saga_type, to_version)
-        saga.base = (await load_states(conn, [saga_id]))[saga_id]
-        migration = target.migrations.get(saga.version)
-        event = Migrated(from_version=saga.version, to_version=to_version,
-                         migration=migration.name if migration else "", actor=principal,
-                         reason=reason)
-        try:
-            decision = advance(target, saga.base, event, now)
-        except InvalidTransition as exc:
-            return "refused", saga.base.status.value, str(exc)
-        change = Change(saga, saga.history_seq + 1, event, decision, now,
-                        operator_actor(principal))
-        await write_changes(conn, [change], [])
+                          reason: str) -> tuple[str, str | None, str | None]:
+    """Move one saga to ``to_version`` in one transaction of the store (its clock, its state
+    cache and its listeners): the ``Migrated`` history row, the new state and
+    ``sagas.saga_version`` together. (outcome, status, message) as the job runner records
+    them; refused (nothing written) when the dry run would say it cannot, or when the saga
+    moved meanwhile (the core checks the event's versions against the locked row's)."""
+    record = await store.get_saga(saga_id)
+    if record is None:
+        return "not_found", None, f"no saga {saga_id}"
+    migration = store.definition(record.saga_type, to_version).migrations.get(record.version)
+    event = Migrated(from_version=record.version, to_version=to_version,
+                     migration=migration.name if migration else "", actor=principal,
+                     reason=reason)
+    try:
+        result = await store.apply(saga_id, event, actor=operator_actor(principal),
+                                   version=to_version)
+    except SagaNotFound:
+        return "not_found", None, f"no saga {saga_id}"
+    except InvalidTransition as exc:
+        return "refused", record.status, str(exc)
     audit.info("migrate saga=%s v%d->v%d by=%s reason=%r", saga_id, event.from_version,
                to_version, principal, reason)
-    return "applied", decision.state.status.value, None
+    return "applied", result.status, None

@@ -577,8 +577,10 @@ class SagaStore:
 
     # -- apply -----------------------------------------------------------------------------
 
-    async def apply(self, saga_id: UUID, event: Event, *, actor: str = "worker") -> ApplyResult:
-        """Apply one event to one saga in one transaction.
+    async def apply(self, saga_id: UUID, event: Event, *, actor: str = "worker",
+                    version: int | None = None) -> ApplyResult:
+        """Apply one event to one saga in one transaction, by the definition of its version
+        (or of ``version``: a ``Migrated`` event is applied by the version it moves to).
 
         Raises :class:`SagaNotFound`, or the engine's ``InvalidTransition`` when the core
         refuses the event (nothing is written then).
@@ -590,7 +592,9 @@ class SagaStore:
             saga = LockedSaga.from_row(row)
             await self._load_bases(conn, [saga])
             now = self._clock()
-            decision = advance(self._definition_of(saga), _state(saga), event, now)
+            definition = (self._definition_of(saga) if version is None
+                          else self.definition(saga.saga_type, version))
+            decision = advance(definition, _state(saga), event, now)
             change = Change(saga, saga.history_seq + 1, event, decision, now, actor)
             earliest = await self._write(conn, [change])
             return _result(change), earliest

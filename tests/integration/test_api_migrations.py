@@ -100,6 +100,8 @@ async def test_dry_run_reports_per_saga_whether_it_can_move(api: Api) -> None:
 
 async def test_the_migration_job_moves_who_can_and_they_finish_on_v2(api: Api) -> None:
     store = api.store
+    seen: list[Any] = []
+    store.add_change_listener(seen.extend)
     waiting, shipping, held = await _two_v1_sagas(store)
     # A checkpoint taken on v1: verify later replays from it across the Migrated event.
     assert await store.compact(waiting) > 0
@@ -119,6 +121,9 @@ async def test_the_migration_job_moves_who_can_and_they_finish_on_v2(api: Api) -
     history = (await api.get(f"/sagas/{waiting}/history")).json()["entries"]
     assert [(e["event"]["type"], e["actor"]) for e in history][-1] == (
         "migrated", "operator:olga")
+    # Written through the store: its clock (a manual one here), its change listeners.
+    assert history[-1]["recorded_at"] == api.clock().isoformat().replace("+00:00", "Z")
+    assert any(c.saga.saga_id == waiting and c.event.type == "migrated" for c in seen)
     # The held pay reply lands on v2; both sagas finish, each on its own version.
     for command in held:
         await store.apply(command.saga_id, ReplyReceived(reply=reply_to(command, Outcome.OK)))
