@@ -4,7 +4,8 @@
 every reason the saga cannot move. The ``Migrated`` event applies the same plan, so what the
 dry run said is what the migration does. A saga can move when every node it has maps to a
 node of M, no renamed or changed node has a command or timer outstanding (its reply and timer
-ids name the node as it was), the transform returns a state that validates and the input
+ids name the node as it was) and no renamed child saga node has a live child (the child's id
+derives from the node's key), the transform returns a state that validates and the input
 validates against M's input model.
 """
 
@@ -15,8 +16,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coordinator.engine.compiled import CompiledMigration, CompiledSaga, walk
-from coordinator.engine.state import SagaState
+from coordinator.engine.compiled import (
+    CompiledMigration,
+    CompiledSaga,
+    CompiledStep,
+    StepKind,
+    walk,
+)
+from coordinator.engine.state import SagaState, StepPhase
 
 __all__ = ["MigrationPlan", "plan_migration", "rename_key"]
 
@@ -100,7 +107,20 @@ def _node_problems(target: CompiledSaga, migration: CompiledMigration, state: Sa
         if busy and base in changed:
             out.append(f"{key}: a command or timer is outstanding on a node that is renamed "
                        "or changed in the new version")
+        elif new != node.node and node.phase in _CHILD_LIVE and _is_child(source, base):
+            out.append(f"{key}: its child saga is still live and its id derives from the "
+                       "node's key; rename the node once the child has finished")
     return out
+
+
+#: Phases of a child saga node whose child still takes the parent's requests.
+_CHILD_LIVE = frozenset({StepPhase.TRYING, StepPhase.TRIED, StepPhase.CONFIRMING,
+                         StepPhase.CANCELLING})
+
+
+def _is_child(source: CompiledSaga, name: str) -> bool:
+    node = source.node(name)
+    return isinstance(node, CompiledStep) and node.kind is StepKind.CHILD
 
 
 def _shape(node: Any) -> Any:

@@ -7,11 +7,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from coordinator.definition import DefinitionError, Migration, Saga
-from coordinator.engine import InvalidTransition, Status, compile_saga
+from coordinator.definition import DefinitionError, Migration, Saga, SagaStep, TccStep
+from coordinator.engine import InvalidTransition, Stage, Status, compile_saga
 from coordinator.engine.decide import replay, replay_from
 from coordinator.engine.events import Migrated
 from coordinator.engine.migrate import plan_migration, rename_key
+from coordinator.flow import ChildSaga
+from participant_sdk.protocol import Outcome
+from tests.unit.test_child_sagas import Family, Order, Shipping
 from tests.unit.test_engine_tree import act, sent
 from tests.unit.tree_support import TreeInput, drain, new_run
 
@@ -101,3 +104,40 @@ def test_a_migration_must_come_from_an_older_version_of_the_same_type() -> None:
     with pytest.raises(DefinitionError, match=r"source is mig v1, not mig v2"):
         type("Bad", (Saga,), {"name": "mig", "version": 3, "input_model": TreeInput,
                               "steps": (act("pay"),), "migrate_from": {2: Migration(V1)}})
+
+
+class ParentV1(Saga):
+    name = "parent_mig"
+    version = 1
+    input_model = Order
+    steps = (TccStep("reserve", "payments", "reserve"), ChildSaga("ship", Shipping),
+             SagaStep("notify", "mailer", "send", compensable=True))
+
+
+class ParentV2(Saga):
+    name = "parent_mig"
+    version = 2
+    input_model = Order
+    steps = (TccStep("reserve", "payments", "reserve"), ChildSaga("dispatch", Shipping),
+             SagaStep("notify", "mailer", "send", compensable=True))
+    migrate_from: ClassVar[Any] = {1: Migration(ParentV1, renames={"ship": "dispatch"})}
+
+
+def test_a_parent_cannot_rename_a_child_node_while_its_child_lives() -> None:
+    family = Family(ParentV1, Shipping)
+    parent = family.start(ParentV1)
+    family.run(lambda cmd: None if cmd.step in ("book", "notify") else Outcome.OK)
+    # The child is running: the parent's node has its try out.
+    plan = plan_migration(compile_saga(ParentV2), parent.current)
+    assert plan.problems == ("ship: a command or timer is outstanding on a node that is "
+                             "renamed or changed in the new version",)
+    family.run(lambda cmd: None if cmd.step == "notify" else Outcome.OK)
+    (child,) = family.children_of(parent)
+    assert child.current.stage is Stage.PREPARED  # done, waiting for its parent's confirm
+    # Nothing is outstanding now, but the parent's confirm would go to the id derived from
+    # "dispatch": a saga that does not exist. The dry run says so.
+    plan = plan_migration(compile_saga(ParentV2), parent.current)
+    assert plan.problems == ("ship: its child saga is still live and its id derives from the "
+                             "node's key; rename the node once the child has finished",)
+    family.run()
+    assert parent.current.status is Status.COMPLETED and child.current.status is Status.COMPLETED
