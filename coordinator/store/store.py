@@ -72,6 +72,7 @@ from coordinator.store.records import (
     PendingSignal,
     SagaPage,
     SagaRecord,
+    SagaStart,
     SignalResult,
     StartResult,
     TimerRecord,
@@ -413,13 +414,13 @@ class SagaStore:
         async def work(conn: asyncpg.Connection
                        ) -> tuple[list[SignalResult | Exception], datetime | None]:
             started, due = await self._starts_in(conn, requests)
-            go = [r for r in requests if not isinstance(started.get(id(r)), Exception)]
-            delivered, earliest = await self._signals_in(conn, go)
-            by_request = dict(zip(map(id, go), delivered, strict=True))
+            go = [i for i in range(len(requests)) if not isinstance(started.get(i), Exception)]
+            delivered, earliest = await self._signals_in(conn, [requests[i] for i in go])
+            by_index = dict(zip(go, delivered, strict=True))
             answers: list[SignalResult | Exception] = []
-            for r in requests:
-                outcome = started.get(id(r))
-                answer = outcome if isinstance(outcome, Exception) else by_request[id(r)]
+            for i in range(len(requests)):
+                outcome = started.get(i)
+                answer = outcome if isinstance(outcome, Exception) else by_index[i]
                 if outcome is True and isinstance(answer, SignalResult):
                     answer = replace(answer, started=True)
                 answers.append(answer)
@@ -441,15 +442,18 @@ class SagaStore:
         """Start the saga if it does not exist (idempotently, as :meth:`start_saga`), then
         deliver the signal: both in one transaction, so no signal is lost to a race with
         the start and no saga starts without its signal."""
-        definition, event, digest = self._start_event(saga_type, input, saga_id, version,
-                                                      None)
-        request = PendingSignal(saga_id, name, signal_id or str(uuid4()), payload, actor)
+        request = PendingSignal(saga_id, name, signal_id or str(uuid4()), payload, actor,
+                                start=SagaStart(saga_type, input, version))
 
         async def work(conn: asyncpg.Connection) -> tuple[SignalResult, datetime | None]:
-            _, created, first = await self._start_in(conn, definition, event, digest, actor)
+            started, first = await self._starts_in(conn, [request])
+            created = started[0]
+            if isinstance(created, Exception):
+                raise created
             answers, earliest = await self._signals_in(conn, [request])
+            result = _accepted(answers[0])  # a refusal raises here: the start is undone too
             due = [d for d in (first, earliest) if d is not None]
-            return replace(_accepted(answers[0]), started=created), min(due) if due else None
+            return replace(result, started=created), min(due) if due else None
 
         result, earliest = await self._retrying(work)
         self._notify_timers(earliest)
@@ -458,22 +462,27 @@ class SagaStore:
     async def _starts_in(self, conn: asyncpg.Connection, requests: Sequence[PendingSignal]
                          ) -> tuple[dict[int, bool | Exception], datetime | None]:
         """Start the sagas the requests with ``start`` name, in id order (no deadlock with a
-        concurrent batch); by ``id(request)``: whether it created its saga, or why its start
+        concurrent batch); by request index: whether it created its saga, or why its start
         was refused; and the earliest timer the starts set."""
         out: dict[int, bool | Exception] = {}
         due: list[datetime] = []
-        for request in sorted((r for r in requests if r.start), key=lambda r: r.saga_id):
+        for index in sorted((i for i, r in enumerate(requests) if r.start),
+                            key=lambda i: requests[i].saga_id):
+            request = requests[index]
             assert request.start is not None
             try:
                 definition, event, digest = self._start_event(
                     request.start.saga_type, request.start.input, request.saga_id,
                     request.start.version, None)
-                _, created, first = await self._start_in(conn, definition, event, digest,
-                                                         request.actor)
+                async with conn.transaction():  # a savepoint: undone if its signal is refused
+                    _, created, first = await self._start_in(conn, definition, event, digest,
+                                                             request.actor)
+                    if created:  # a saga that exists checks the signal by its own version
+                        signal_payload(definition, request.name, request.payload)
             except StoreError as exc:
-                out[id(request)] = exc
+                out[index] = exc
                 continue
-            out[id(request)] = created
+            out[index] = created
             due += [first] if first is not None else []
         return out, min(due, default=None)
 

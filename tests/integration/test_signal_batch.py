@@ -147,16 +147,18 @@ async def test_signal_with_start_in_a_batch_starts_once_and_refuses_bad_starts(
             ask(new, "s22", SagaStart("account_opening", {"account": "a-2"})),  # other input
             ask(other, "s333", SagaStart("account_opening", {"account": 7})),  # bad input
             ask(other, "s4444", SagaStart("no_such_saga", {})),
+            PendingSignal(other, "nope", "s5", {}, start=start),  # a signal it would refuse
         ])
         assert [type(a).__name__ for a in answers] == [
-            "SignalResult", "SignalResult", "SagaConflict", "InvalidInput", "UnknownSagaType"]
+            "SignalResult", "SignalResult", "SagaConflict", "InvalidInput", "UnknownSagaType",
+            "UnknownSignal"]
         first, again = answers[0], answers[1]
         assert isinstance(first, SignalResult) and isinstance(again, SignalResult)
         assert (first.started, first.duplicate) == (True, False)
         assert (again.started, again.duplicate) == (False, True)
         record = await store.get_saga(new)
         assert record is not None and record.status == "completed"
-        assert await store.get_saga(other) is None
+        assert await store.get_saga(other) is None  # no start without its signal
         async with store.pool.acquire() as conn:
             letters = await conn.fetchval("SELECT count(*) FROM sagaflow_dead_letters")
         assert letters == 3
