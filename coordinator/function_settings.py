@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
 from participant_sdk.startup_errors import SettingsError
 
-__all__ = ["ENV_PREFIX", "FunctionSettings"]
+__all__ = ["ENV_PREFIX", "FunctionSettings", "split_commas"]
 
 #: The prefix of every variable, as for ``CoordinatorSettings``.
 ENV_PREFIX = "SAGAFLOW_"
@@ -43,9 +43,7 @@ class FunctionSettings(BaseModel):
     @field_validator("sagas", mode="before")
     @classmethod
     def _split_sagas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return split_commas(value)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any
@@ -65,6 +63,13 @@ class FunctionSettings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise SettingsError(_describe(exc)) from None
+
+
+def split_commas(value: Any) -> Any:
+    """A comma-separated list from the environment as a list (its blank items dropped)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
 
 def _describe(exc: ValidationError) -> str:

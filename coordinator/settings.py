@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import Field, PositiveInt, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from coordinator.function_settings import split_commas
 from coordinator.gc_tuning import WORKER_GC_THRESHOLDS
 from participant_sdk.durations import Duration
 from participant_sdk.kafka_security import KafkaSecurity
@@ -86,6 +87,4 @@ class CoordinatorSettings(BaseSettings):
     @field_validator("sagas", mode="before")
     @classmethod
     def _split_sagas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return split_commas(value)

@@ -1,7 +1,8 @@
 """Transactional outbox: write messages inside your transaction; the relay publishes them."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from participant_sdk.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from outbox_relay.dead_letters import (
@@ -50,13 +51,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'outbox_relay' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [

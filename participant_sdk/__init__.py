@@ -5,8 +5,9 @@ Declare a :class:`Participant` with decorated handlers, run it with :class:`Part
 :class:`participant_sdk.testing.ParticipantHarness`.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from participant_sdk.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from participant_sdk.barrier import BARRIER_TABLE, install_barrier, purge_barrier
@@ -94,13 +95,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'participant_sdk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The coordinator worker: reply consumer and timer loop, any number of replicas."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from participant_sdk.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from coordinator.worker.loading import SagaImportError, build_registry, import_saga
@@ -19,13 +20,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'coordinator.worker' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = ["SagaImportError", "Worker", "WorkerStateError", "build_registry", "import_saga"]
