@@ -51,7 +51,7 @@ def load_engine(rev: str | None) -> ModuleType:
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         tar.extractall(tmp, filter="data")
     src = tmp / "coordinator" / "engine"
-    for path in src.glob("*.py"):
+    for path in src.rglob("*.py"):  # the nodes subpackage too
         path.write_text(path.read_text().replace("coordinator.engine", name))
     src.rename(tmp / name)
     sys.path.insert(0, str(tmp))
