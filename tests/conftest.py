@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -79,3 +80,18 @@ async def outbox_admin(fresh_db: str) -> AsyncIterator[asyncpg.Connection]:
         yield admin
     finally:
         await admin.close()
+
+
+@pytest.fixture
+def introspected(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
+    """The type OIDs of each catalog introspection asyncpg runs in the test (a spy: the real
+    introspection still runs against Postgres)."""
+    seen: list[set[int]] = []
+    original = asyncpg.Connection._introspect_types
+
+    async def counting(self: Any, typeoids: Any, *args: Any) -> Any:
+        seen.append(set(typeoids))
+        return await original(self, typeoids, *args)
+
+    monkeypatch.setattr(asyncpg.Connection, "_introspect_types", counting)
+    return seen

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 
 from coordinator.functions import CoordinatorFunctions, FunctionSettings
@@ -68,20 +67,13 @@ async def test_a_batch_applies_replies_and_dead_letters_the_rest(store: SagaStor
 
 
 async def test_a_function_introspects_no_types(
-        store: SagaStore, fresh_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        store: SagaStore, fresh_db: str, introspected: list[set[int]]) -> None:
     """The function's pool is given every array codec the store binds when it connects, so
     its first reply batch (locks, node rows, history, outbox, timers) introspects nothing."""
     ids = [(await store.start_saga("tcc_order", {"order_id": f"o{i}", "amount": 1}))
            .record.saga_id for i in range(2)]
     commands = await outbox_commands(store)
-    introspected: list[set[int]] = []
-    original = asyncpg.Connection._introspect_types
-
-    async def counting(self: Any, typeoids: Any, *args: Any) -> Any:
-        introspected.append(set(typeoids))
-        return await original(self, typeoids, *args)
-
-    monkeypatch.setattr(asyncpg.Connection, "_introspect_types", counting)
+    introspected.clear()  # the fixture's store connected first
     fns = CoordinatorFunctions(FunctionSettings(dsn=fresh_db, pool_max_size=1), store.registry)
     try:
         records = [InboundRecord("p.replies", 0, i, None, encode(reply_to(c, Outcome.OK)), [])

@@ -23,19 +23,6 @@ VALUES = ([uuid.uuid4(), None], [dt.datetime(2026, 12, 2, 15, 0, 0, 123456, tzin
           [b"\x00\xff", b""])
 
 
-@pytest.fixture
-def introspected(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
-    seen: list[set[int]] = []
-    original = asyncpg.Connection._introspect_types
-
-    async def counting(self: Any, typeoids: Any, *args: Any) -> Any:
-        seen.append(set(typeoids))
-        return await original(self, typeoids, *args)
-
-    monkeypatch.setattr(asyncpg.Connection, "_introspect_types", counting)
-    return seen
-
-
 async def _round_trip(pg_url: str, init: Any) -> tuple[Any, ...]:
     conn = await asyncpg.connect(pg_url)
     try:
