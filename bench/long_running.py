@@ -38,6 +38,7 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from bench.pg_counters import describe, read_counters
 from bench.timers import (
     NapInput,
     Napper,
@@ -298,7 +299,14 @@ async def main(postgres: str, kafka: str, sagas: int, due: int, signals: int, po
                          f"{sagas:,} ({(full - empty) / 2**20:,.0f} MiB)")
             lines.append(f"worker RSS : {rss_empty:,.0f} MiB with no sagas, {rss_full:,.0f} MiB "
                          f"with {sagas:,} asleep")
-            firing = await fire_in_processes(url, processes, limit=limit)
+            load = os.getloadavg()
+            watcher = await asyncpg.connect(url)
+            try:
+                before = await read_counters(watcher)
+                firing = await fire_in_processes(url, processes, limit=limit)
+                after = await read_counters(watcher)
+            finally:
+                await watcher.close()
             async with await SagaStore.open(url, registry(prefix), max_size=2) as store:
                 async with store.pool.acquire() as conn:
                     sample = [r["id"] for r in await conn.fetch(
@@ -311,6 +319,10 @@ async def main(postgres: str, kafka: str, sagas: int, due: int, signals: int, po
                          f"process(es), limit {limit}); "
                          f"{firing.commands:,} commands; {len(sample) - len(bad)}/{len(sample)} "
                          "sampled sagas replay to their snapshot")
+            lines.append(f"firing load: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+                         f"before; firing processes' CPU "
+                         f"{firing.cpu / max(firing.fired, 1) * 1e6:,.0f} us per timer; "
+                         + describe(before, after, firing.fired))
             api_log = logs / f"{prefix}-api.log"
             api = spawn(["-m", "coordinator", "api", "--dsn", url, "--saga", "bench.timers:Napper",
                          "--saga", "bench.long_running:Waiter", "--host", "127.0.0.1",

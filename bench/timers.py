@@ -120,6 +120,8 @@ class Firing:
     seconds: float
     calls: int
     commands: int
+    #: CPU seconds of the firing processes (user + system), when fired from child processes.
+    cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -182,7 +184,7 @@ async def fire_in_processes(dsn: str, processes: int, *, limit: int) -> Firing:
     finally:
         await conn.close()
     return Firing(sum(o["fired"] for o in outs), seconds, sum(o["calls"] for o in outs),
-                  commands)
+                  commands, sum(o["cpu"] for o in outs))
 
 
 async def _fire_child(dsn: str, limit: int) -> None:
@@ -192,7 +194,7 @@ async def _fire_child(dsn: str, limit: int) -> None:
         began = time.time()
         firing = await fire_all(store, limit=limit)
         print(json.dumps({"began": began, "end": time.time(), "fired": firing.fired,
-                          "calls": firing.calls}))
+                          "calls": firing.calls, "cpu": time.process_time()}))
 
 
 def time_stages(store: SagaStore) -> defaultdict[str, float]:
