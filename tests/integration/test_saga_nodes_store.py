@@ -170,8 +170,8 @@ async def test_migration_0006_splits_the_snapshots_already_stored(
             await conn.execute("DELETE FROM saga_nodes")
             await conn.execute(moves)
             assert await load_stored(conn, ids) == written
-            assert [list(w["steps"]) for w in (await load_stored(conn, ids)).values()] == [
-                list(w["steps"]) for w in written.values()]
+            assert {k: list(w["steps"]) for k, w in (await load_stored(conn, ids)).items()} == {
+                k: list(w["steps"]) for k, w in written.items()}
             assert await conn.fetch("SELECT * FROM saga_nodes ORDER BY saga_id, key") == nodes
             moved = await conn.fetch("SELECT id, snapshot, input FROM sagas ORDER BY id")
         # The spine keeps its text but for the fields that left it.
