@@ -128,6 +128,7 @@ async def hop_breakdown(stack: Stack, saga_ids: list[uuid.UUID]) -> dict[str, An
         if row["reply_id"]:
             applied[row["reply_id"]] = at
     seg: dict[str, list[float]] = {name: [] for name in (*SEGMENTS, "hop")}
+    marks: dict[str, list[tuple[float, str, str, float, float | None, float, float]]] = {}
     for command_id, (saga_id, step, phase, sent) in commands.items():
         times = sorted(history.get(saga_id, []))
         i = bisect.bisect_right(times, sent + 0.001)
@@ -142,8 +143,32 @@ async def hop_breakdown(stack: Stack, saga_ids: list[uuid.UUID]) -> dict[str, An
         if b is not None:
             seg["to_participant"].append((b - sent) * 1000)
             seg["participant_txn"].append((answered - b) * 1000)
+        marks.setdefault(saga_id, []).append((c0, step, phase, sent, b, answered, c1))
     return {
+        "timeline": timeline(marks, history),
         "commands_per_saga": len(commands) / max(len(wanted), 1),
         "hops_measured": len(seg["hop"]),
         **{f"{name}_ms": stats(values) for name, values in seg.items()},
     }
+
+
+def timeline(marks: dict[str, list[tuple[float, str, str, float, float | None, float, float]]],
+             history: dict[str, list[float]]) -> str:
+    """One saga's hops as instants (ms from its first history row) at each process: the
+    coordinator's change (``c``), the relay's send (``r``), the participant's transaction
+    start (``b``) and reply send (``p``), the coordinator's apply (``a``). The saga shown is
+    the one with the median number of hops measured and, among those, the median span."""
+    if not marks:
+        return "-"
+    most = max(len(v) for v in marks.values())
+    full = sorted((max(m[6] for m in v) - min(history[k]), k)
+                  for k, v in marks.items() if len(v) == most)
+    saga_id = full[len(full) // 2][1]
+    t0 = min(history[saga_id])
+
+    def ms(at: float | None) -> str:
+        return "-" if at is None else f"{(at - t0) * 1000:.1f}"
+
+    return " | ".join(
+        f"{step}.{phase}: c {ms(c0)} r {ms(r)} b {ms(b)} p {ms(p)} a {ms(a)}"
+        for c0, step, phase, r, b, p, a in sorted(marks[saga_id]))
