@@ -207,6 +207,9 @@ def leg_floors(pg: dict[str, Any], kafka: dict[str, Any]) -> dict[str, float]:
         "to_coordinator": one_way + begin + n["coordinator_lock"] * stmt,
     }
     legs["hop"] = sum(legs.values())
+    # The relay leg split at the coordinator's COMMIT (with commit timestamps tracked).
+    legs["coordinator_txn"] = n["coordinator_after_lock"] * stmt + commit
+    legs["pick_up"] = pg["notify_ms"] + n["relay_claim"] * stmt
     return legs
 
 

@@ -117,6 +117,12 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
             add(f"{label}, 1 in flight: {seg.replace('_', ' ')} p50 / p95 ms per hop"
                 " [floor, p50 / floor]",
                 lambda r, s=saga, g=seg: _leg(r["sagas"][s], g))
+        add(f"{label}, 1 in flight: split at the commits p50 ms: coordinator txn + pick up"
+            " (= relay); participant commit + reply send (= participant txn)",
+            lambda r, s=saga: "{coordinator_txn:.2f} + {pick_up:.2f}; {participant_commit:.2f}"
+            " + {reply_send:.2f} [floors {f[coordinator_txn]:.2f} + {f[pick_up]:.2f}]".format(
+                f=r["sagas"][s]["leg_floors"]["legs_ms"], **{k: v["p50"] for k, v in r[
+                    "sagas"][s]["one"]["hop_breakdown"]["commit_split_ms"].items()}))
         add(f"{label}: floors: Kafka one way / ack; Postgres BEGIN / statement / COMMIT"
             " / NOTIFY ms", lambda r, s=saga: _floor_parts(r["sagas"][s]["leg_floors"]))
         add(f"{label}, 1 in flight: one saga's timeline (ms from its start)",

@@ -18,7 +18,9 @@ def test_leg_floors_sum_the_round_trips_of_each_side() -> None:
     assert legs["to_participant"] == pytest.approx(2.0 + 0.1)
     assert legs["participant_txn"] == pytest.approx(n["participant"] * 0.2 + 1.0)
     assert legs["to_coordinator"] == pytest.approx(2.0 + 0.1 + n["coordinator_lock"] * 0.2)
-    assert legs["hop"] == pytest.approx(sum(v for k, v in legs.items() if k != "hop"))
+    assert legs["hop"] == pytest.approx(legs["relay"] + legs["to_participant"]
+                                        + legs["participant_txn"] + legs["to_coordinator"])
+    assert legs["coordinator_txn"] + legs["pick_up"] == pytest.approx(legs["relay"])
 
 
 def test_timeline_shows_the_median_saga_with_every_hop_in_order() -> None:
