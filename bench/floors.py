@@ -12,8 +12,10 @@ unavoidable work, with the clients and settings the stack uses:
   split uses, at full clock resolution; both processes read the same wall clock).
 * ``postgres``: bare transactions on a pooled connection, as the stack's code runs them:
   ``BEGIN``, one-row statements (an ``INSERT`` of ~400 bytes into an indexed table, as a
-  barrier or history row), ``COMMIT``; each round trip timed. And ``notify``: ``pg_notify`` on
-  one connection until the ``LISTEN`` callback runs on another (the relay's hint).
+  barrier or history row), ``COMMIT``; each round trip timed, and every other ``COMMIT``
+  with ``synchronous_commit = off`` (its cost without the WAL flush, where the commit is
+  stamped). And ``notify``: ``pg_notify`` on one connection until the ``LISTEN`` callback
+  runs on another (the relay's hint).
 
 Leg floors (p50s summed), with the statement counts of each side (``LEG_STATEMENTS``):
 
@@ -69,13 +71,18 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
             stmt: list[float] = []
             commit: list[float] = []
             whole: list[float] = []
-            for _ in range(samples):
+            unflushed: list[float] = []
+            for i in range(samples):
                 t0 = time.perf_counter()
                 async with pool.acquire() as conn:
                     tx = conn.transaction()
                     await tx.start()
                     t1 = time.perf_counter()
                     begin.append((t1 - t0) * 1000)
+                    if i % 2:
+                        # Every other sample: COMMIT without waiting for the WAL flush, so
+                        # commit = its work (where Postgres stamps the commit time) + flush.
+                        await conn.execute("SET LOCAL synchronous_commit = off")
                     for _ in range(statements):
                         t = time.perf_counter()
                         await conn.execute("INSERT INTO rows (id, saga_id, body)"
@@ -84,7 +91,7 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
                         stmt.append((time.perf_counter() - t) * 1000)
                     t = time.perf_counter()
                     await tx.commit()
-                    commit.append((time.perf_counter() - t) * 1000)
+                    (unflushed if i % 2 else commit).append((time.perf_counter() - t) * 1000)
                 whole.append((time.perf_counter() - t0) * 1000)
             notify = await _notify_latency(pool, samples=min(samples, 100))
         finally:
@@ -93,6 +100,7 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
     return {"begin_ms": _p50(begin), "statement_ms": _p50(stmt), "commit_ms": _p50(commit),
+            "commit_unflushed_ms": _p50(unflushed),
             "statement_p95_ms": percentile(stmt, 95), "commit_p95_ms": percentile(commit, 95),
             "txn_ms": _p50(whole), "statements_per_txn": statements, "notify_ms": notify,
             "samples": samples}
@@ -207,9 +215,14 @@ def leg_floors(pg: dict[str, Any], kafka: dict[str, Any]) -> dict[str, float]:
         "to_coordinator": one_way + begin + n["coordinator_lock"] * stmt,
     }
     legs["hop"] = sum(legs.values())
-    # The relay leg split at the coordinator's COMMIT (with commit timestamps tracked).
-    legs["coordinator_txn"] = n["coordinator_after_lock"] * stmt + commit
-    legs["pick_up"] = pg["notify_ms"] + n["relay_claim"] * stmt
+    # The legs split at the commit timestamps (track_commit_timestamp): Postgres stamps a
+    # commit before it waits for the WAL flush, so the flush falls after the stamp.
+    unflushed = min(pg.get("commit_unflushed_ms", commit), commit)
+    flush = commit - unflushed
+    legs["coordinator_txn"] = n["coordinator_after_lock"] * stmt + unflushed
+    legs["pick_up"] = flush + pg["notify_ms"] + n["relay_claim"] * stmt
+    legs["participant_commit"] = n["participant"] * stmt + unflushed
+    legs["reply_send"] = flush
     return legs
 
 

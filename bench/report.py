@@ -72,7 +72,8 @@ def _leg(saga: dict[str, Any], seg: str) -> str:
 def _floor_parts(floors: dict[str, Any]) -> str:
     k, pg = floors["kafka"], floors["postgres"]
     return (f"{k['one_way_ms']:.2f} / {k['ack_ms']:.2f}; {pg['begin_ms']:.2f} / "
-            f"{pg['statement_ms']:.2f} / {pg['commit_ms']:.2f} / {pg['notify_ms']:.2f}"
+            f"{pg['statement_ms']:.2f} / {pg['commit_ms']:.2f} ({pg['commit_unflushed_ms']:.2f})"
+            f" / {pg['notify_ms']:.2f}"
             f" (load {floors['load_average'][0]:.1f})")
 
 
@@ -120,11 +121,12 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
         add(f"{label}, 1 in flight: split at the commits p50 ms: coordinator txn + pick up"
             " (= relay); participant commit + reply send (= participant txn)",
             lambda r, s=saga: "{coordinator_txn:.2f} + {pick_up:.2f}; {participant_commit:.2f}"
-            " + {reply_send:.2f} [floors {f[coordinator_txn]:.2f} + {f[pick_up]:.2f}]".format(
+            " + {reply_send:.2f} [floors {f[coordinator_txn]:.2f} + {f[pick_up]:.2f};"
+            " {f[participant_commit]:.2f} + {f[reply_send]:.2f}]".format(
                 f=r["sagas"][s]["leg_floors"]["legs_ms"], **{k: v["p50"] for k, v in r[
                     "sagas"][s]["one"]["hop_breakdown"]["commit_split_ms"].items()}))
         add(f"{label}: floors: Kafka one way / ack; Postgres BEGIN / statement / COMMIT"
-            " / NOTIFY ms", lambda r, s=saga: _floor_parts(r["sagas"][s]["leg_floors"]))
+            " (unflushed) / NOTIFY ms", lambda r, s=saga: _floor_parts(r["sagas"][s]["leg_floors"]))
         add(f"{label}, 1 in flight: one saga's timeline (ms from its start)",
             lambda r, s=saga: r["sagas"][s]["one"]["hop_breakdown"]["timeline"])
         add(f"{label}, 16 in flight: sagas/s",

@@ -9,7 +9,8 @@ from bench.floors import LEG_STATEMENTS, leg_floors
 
 
 def test_leg_floors_sum_the_round_trips_of_each_side() -> None:
-    pg = {"begin_ms": 0.1, "statement_ms": 0.2, "commit_ms": 1.0, "notify_ms": 0.3}
+    pg = {"begin_ms": 0.1, "statement_ms": 0.2, "commit_ms": 1.0, "commit_unflushed_ms": 0.25,
+          "notify_ms": 0.3}
     kafka = {"one_way_ms": 2.0}
     legs = leg_floors(pg, kafka)
     n = LEG_STATEMENTS
@@ -21,6 +22,10 @@ def test_leg_floors_sum_the_round_trips_of_each_side() -> None:
     assert legs["hop"] == pytest.approx(legs["relay"] + legs["to_participant"]
                                         + legs["participant_txn"] + legs["to_coordinator"])
     assert legs["coordinator_txn"] + legs["pick_up"] == pytest.approx(legs["relay"])
+    # The commit is stamped before its WAL flush: the flush belongs to what follows.
+    assert legs["pick_up"] == pytest.approx(0.75 + 0.3 + n["relay_claim"] * 0.2)
+    assert legs["participant_commit"] + legs["reply_send"] == pytest.approx(
+        legs["participant_txn"])
 
 
 def test_timeline_shows_the_median_saga_with_every_hop_in_order() -> None:
