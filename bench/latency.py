@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from bench.breakdown import hop_breakdown
+from bench.floors import measure_floors
 from bench.load import percentile
 from bench.stack import Stack
 
@@ -44,6 +45,8 @@ class LatencyConfig:
     idle_s: float = 60.0
     idle_settle_s: float = 12.0
     warmup: float = 2.0
+    #: Samples of each bare measurement of the leg floors (``bench/floors.py``).
+    floor_samples: int = 200
 
 
 def _stack_cpu(costs: dict[str, Any]) -> float:
@@ -202,6 +205,13 @@ async def latency_phase(stacks: dict[str, Stack], config: LatencyConfig, driver_
             for name in order:
                 out[name]["sagas"][saga][key] = await measure(stacks[name])
             order.reverse()
+            if key == "one":
+                # Each leg's floor, with bare clients, right after the sagas it bounds.
+                first = stacks[order[0]]
+                floors = await measure_floors(first.admin_dsn, first.kafka,
+                                              samples=config.floor_samples)
+                for name in order:
+                    out[name]["sagas"][saga]["leg_floors"] = floors
     for name, stack in stacks.items():
         out[name]["codec"] = await codec_costs(stack)
         out[name]["idle"] = await idle_stack(stack, config.idle_s, settle=config.idle_settle_s)

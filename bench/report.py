@@ -59,6 +59,24 @@ def _segments(hops: dict[str, Any]) -> str:
         for k in (*SEGMENTS, "hop"))
 
 
+def _leg(saga: dict[str, Any], seg: str) -> str:
+    """``p50 / p95 [floor, ratio]`` of one leg of the per-hop split at 1 in flight."""
+    got = saga["one"]["hop_breakdown"][seg + "_ms"]
+    text = f"{got['p50']:.2f} / {got['p95']:.2f}"
+    floor = saga.get("leg_floors", {}).get("legs_ms", {}).get(seg)
+    if floor:
+        text += f" [{floor:.2f}, {got['p50'] / floor:.1f}x]"
+    return text
+
+
+def _floor_parts(floors: dict[str, Any]) -> str:
+    k, pg = floors["kafka"], floors["postgres"]
+    return (f"{k['one_way_ms']:.2f} / {k['ack_ms']:.2f}; {pg['begin_ms']:.2f} / "
+            f"{pg['statement_ms']:.2f} / {pg['commit_ms']:.2f} ({pg['commit_unflushed_ms']:.2f})"
+            f" / {pg['notify_ms']:.2f}"
+            f" (load {floors['load_average'][0]:.1f})")
+
+
 _SAGA_LABEL = {"bench_tcc3": "3-step TCC", "bench_steps3": "3 saga steps"}
 
 
@@ -97,10 +115,20 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
                 r["sagas"][s]["one"]["costs"]["pg_xacts_per_saga_total"],
                 r["sagas"][s]["one"]["costs"]["pg_xacts_per_saga"]["coordinator"]))
         for seg in (*SEGMENTS, "hop"):
-            add(f"{label}, 1 in flight: {seg.replace('_', ' ')} p50 / p95 ms per hop",
-                lambda r, s=saga, g=seg: "{:.2f} / {:.2f}".format(
-                    r["sagas"][s]["one"]["hop_breakdown"][g + "_ms"]["p50"],
-                    r["sagas"][s]["one"]["hop_breakdown"][g + "_ms"]["p95"]))
+            add(f"{label}, 1 in flight: {seg.replace('_', ' ')} p50 / p95 ms per hop"
+                " [floor, p50 / floor]",
+                lambda r, s=saga, g=seg: _leg(r["sagas"][s], g))
+        add(f"{label}, 1 in flight: split at the commits p50 ms: coordinator txn + pick up"
+            " (= relay); participant commit + reply send (= participant txn)",
+            lambda r, s=saga: "{coordinator_txn:.2f} + {pick_up:.2f}; {participant_commit:.2f}"
+            " + {reply_send:.2f} [floors {f[coordinator_txn]:.2f} + {f[pick_up]:.2f};"
+            " {f[participant_commit]:.2f} + {f[reply_send]:.2f}]".format(
+                f=r["sagas"][s]["leg_floors"]["legs_ms"], **{k: v["p50"] for k, v in r[
+                    "sagas"][s]["one"]["hop_breakdown"]["commit_split_ms"].items()}))
+        add(f"{label}: floors: Kafka one way / ack; Postgres BEGIN / statement / COMMIT"
+            " (unflushed) / NOTIFY ms", lambda r, s=saga: _floor_parts(r["sagas"][s]["leg_floors"]))
+        add(f"{label}, 1 in flight: one saga's timeline (ms from its start)",
+            lambda r, s=saga: r["sagas"][s]["one"]["hop_breakdown"]["timeline"])
         add(f"{label}, 16 in flight: sagas/s",
             lambda r, s=saga: _f(r["sagas"][s]["sixteen"]["rate"]))
         add(f"{label}, 16 in flight: latency p50 / p99 ms",
