@@ -60,9 +60,8 @@ def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
         # Each leg of the split has its floor, measured with bare clients in the same run.
         floors = latency["sagas"][saga]["leg_floors"]
         assert floors["kafka"]["one_way_ms"] > 0 and floors["postgres"]["commit_ms"] > 0
-        assert set(floors["legs_ms"]) == {"relay", "to_participant", "participant_txn",
-                                          "to_coordinator", "hop"}
-        assert all(v > 0 for v in floors["legs_ms"].values())
+        legs = ("relay", "to_participant", "participant_txn", "to_coordinator", "hop")
+        assert all(floors["legs_ms"][leg] > 0 for leg in legs)
         assert latency["sagas"][saga]["open_20"]["hop_breakdown"]["hops_measured"] > 0
     assert latency["idle"]["window_s"] > 0
     assert set(latency["idle"]["db_transactions_per_s"]) == {
