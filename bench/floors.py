@@ -36,8 +36,9 @@ from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.limits import scratch_topic
 from bench.load import percentile
 from bench.stack import dsn_for
 
@@ -157,19 +158,12 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
     from outbox_relay.relay import producer_config
     from outbox_relay.settings import RelaySettings
 
-    topic = f"bench{uuid.uuid4().hex[:8]}.floor"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
-    finally:
-        await admin.close()
+    topic = await scratch_topic(bootstrap, "floor")
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.floors", bootstrap, topic, str(pings),
         stdout=asyncio.subprocess.PIPE, env={**os.environ})
     assert child.stdout is not None
-    config = producer_config(RelaySettings(
-                                           kafka_bootstrap=bootstrap))
+    config = producer_config(RelaySettings(kafka_bootstrap=bootstrap))
     producer = AIOKafkaProducer(**config)
     await producer.start()
     try:

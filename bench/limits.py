@@ -86,15 +86,21 @@ async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: f
                           "count": len(commits)}}
 
 
-async def kafka_round_trip(bootstrap: str, *, duration_s: float, pings: int) -> dict[str, Any]:
-    """Streamed produce->consume rate, and one-at-a-time produce->consume latency."""
-    topic = f"bench{uuid.uuid4().hex[:8]}.limit"
+async def scratch_topic(bootstrap: str, suffix: str) -> str:
+    """A new 4-partition topic for one measurement; its name."""
+    topic = f"bench{uuid.uuid4().hex[:8]}.{suffix}"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
     finally:
         await admin.close()
+    return topic
+
+
+async def kafka_round_trip(bootstrap: str, *, duration_s: float, pings: int) -> dict[str, Any]:
+    """Streamed produce->consume rate, and one-at-a-time produce->consume latency."""
+    topic = await scratch_topic(bootstrap, "limit")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
                                 linger_ms=5, max_batch_size=512 * 1024)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{topic}",
