@@ -38,9 +38,8 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from bench.limits import scratch_topic
+from bench.limits import scratch_pool, scratch_topic
 from bench.load import percentile
-from bench.stack import dsn_for
 
 #: Statements each side runs inside a leg (round trips besides BEGIN/COMMIT), as the code
 #: stands: the coordinator's apply after its lock: the one data-modifying statement for
@@ -58,48 +57,38 @@ def _p50(values: list[float]) -> float:
 async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int = 5
                          ) -> dict[str, Any]:
     """Round trips of bare transactions: BEGIN, ``statements`` one-row INSERTs, COMMIT."""
-    name = f"bench_{uuid.uuid4().hex[:8]}_floor"
-    admin = await asyncpg.connect(admin_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        pool = await asyncpg.create_pool(dsn_for(admin_dsn, name), min_size=2, max_size=2)
-        try:
+    async with scratch_pool(admin_dsn, "floor", 2) as pool:
+        async with pool.acquire() as conn:
+            await conn.execute("CREATE TABLE rows (id uuid PRIMARY KEY, saga_id uuid,"
+                               " body text, at timestamptz DEFAULT now())")
+        body = "x" * 400
+        begin: list[float] = []
+        stmt: list[float] = []
+        commit: list[float] = []
+        whole: list[float] = []
+        unflushed: list[float] = []
+        for i in range(samples):
+            t0 = time.perf_counter()
             async with pool.acquire() as conn:
-                await conn.execute("CREATE TABLE rows (id uuid PRIMARY KEY, saga_id uuid,"
-                                   " body text, at timestamptz DEFAULT now())")
-            body = "x" * 400
-            begin: list[float] = []
-            stmt: list[float] = []
-            commit: list[float] = []
-            whole: list[float] = []
-            unflushed: list[float] = []
-            for i in range(samples):
-                t0 = time.perf_counter()
-                async with pool.acquire() as conn:
-                    tx = conn.transaction()
-                    await tx.start()
-                    t1 = time.perf_counter()
-                    begin.append((t1 - t0) * 1000)
-                    if i % 2:
-                        # Every other sample: COMMIT without waiting for the WAL flush, so
-                        # commit = its work (where Postgres stamps the commit time) + flush.
-                        await conn.execute("SET LOCAL synchronous_commit = off")
-                    for _ in range(statements):
-                        t = time.perf_counter()
-                        await conn.execute("INSERT INTO rows (id, saga_id, body)"
-                                           " VALUES ($1, $2, $3)", uuid.uuid4(), uuid.uuid4(),
-                                           body)
-                        stmt.append((time.perf_counter() - t) * 1000)
+                tx = conn.transaction()
+                await tx.start()
+                t1 = time.perf_counter()
+                begin.append((t1 - t0) * 1000)
+                if i % 2:
+                    # Every other sample: COMMIT without waiting for the WAL flush, so
+                    # commit = its work (where Postgres stamps the commit time) + flush.
+                    await conn.execute("SET LOCAL synchronous_commit = off")
+                for _ in range(statements):
                     t = time.perf_counter()
-                    await tx.commit()
-                    (unflushed if i % 2 else commit).append((time.perf_counter() - t) * 1000)
-                whole.append((time.perf_counter() - t0) * 1000)
-            notify = await _notify_latency(pool, samples=min(samples, 100))
-        finally:
-            await pool.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+                    await conn.execute("INSERT INTO rows (id, saga_id, body)"
+                                       " VALUES ($1, $2, $3)", uuid.uuid4(), uuid.uuid4(),
+                                       body)
+                    stmt.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                await tx.commit()
+                (unflushed if i % 2 else commit).append((time.perf_counter() - t) * 1000)
+            whole.append((time.perf_counter() - t0) * 1000)
+        notify = await _notify_latency(pool, samples=min(samples, 100))
     return {"begin_ms": _p50(begin), "statement_ms": _p50(stmt), "commit_ms": _p50(commit),
             "commit_unflushed_ms": _p50(unflushed),
             "statement_p95_ms": percentile(stmt, 95), "commit_p95_ms": percentile(commit, 95),

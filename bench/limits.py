@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -25,65 +26,71 @@ async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: f
                               commit_samples: int = 300) -> dict[str, Any]:
     """One-row INSERT transactions per second (each statement its own commit), and the
     latency of one such commit alone (``commit_ms``)."""
-    name = f"bench_{uuid.uuid4().hex[:8]}_limit"
-    admin = await asyncpg.connect(admin_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        pool = await asyncpg.create_pool(dsn_for(admin_dsn, name), min_size=concurrency,
-                                         max_size=concurrency)
-        try:
+    async with scratch_pool(admin_dsn, "limit", concurrency) as pool:
+        async with pool.acquire() as conn:
+            await conn.execute("CREATE TABLE rows (id bigserial PRIMARY KEY, saga_id uuid,"
+                               " body text, at timestamptz DEFAULT now())")
+        body = "x" * 200
+        # One commit's latency: sequential 1-row INSERT commits on one connection.
+        commits: list[float] = []
+        async with pool.acquire() as conn:
+            for _ in range(commit_samples):
+                t = time.perf_counter()
+                await conn.execute("INSERT INTO rows (saga_id, body) VALUES ($1, $2)",
+                                   uuid.uuid4(), body)
+                commits.append((time.perf_counter() - t) * 1000)
+        count = 0
+        stop_at = time.monotonic() + duration_s
+
+        async def writer() -> None:
+            nonlocal count
             async with pool.acquire() as conn:
-                await conn.execute("CREATE TABLE rows (id bigserial PRIMARY KEY, saga_id uuid,"
-                                   " body text, at timestamptz DEFAULT now())")
-            body = "x" * 200
-            # One commit's latency: sequential 1-row INSERT commits on one connection.
-            commits: list[float] = []
-            async with pool.acquire() as conn:
-                for _ in range(commit_samples):
-                    t = time.perf_counter()
+                while time.monotonic() < stop_at:
                     await conn.execute("INSERT INTO rows (saga_id, body) VALUES ($1, $2)",
                                        uuid.uuid4(), body)
-                    commits.append((time.perf_counter() - t) * 1000)
-            count = 0
-            stop_at = time.monotonic() + duration_s
+                    count += 1
 
-            async def writer() -> None:
-                nonlocal count
-                async with pool.acquire() as conn:
-                    while time.monotonic() < stop_at:
-                        await conn.execute("INSERT INTO rows (saga_id, body) VALUES ($1, $2)",
-                                           uuid.uuid4(), body)
-                        count += 1
+        start = time.monotonic()
+        await asyncio.gather(*(writer() for _ in range(concurrency)))
+        elapsed = time.monotonic() - start
+        # The same, but acquiring from the pool per transaction as the stack's code does:
+        # asyncpg's default reset on release adds a round trip and a commit each time.
+        pooled = 0
+        stop_at = time.monotonic() + duration_s
 
-            start = time.monotonic()
-            await asyncio.gather(*(writer() for _ in range(concurrency)))
-            elapsed = time.monotonic() - start
-            # The same, but acquiring from the pool per transaction as the stack's code does:
-            # asyncpg's default reset on release adds a round trip and a commit each time.
-            pooled = 0
-            stop_at = time.monotonic() + duration_s
+        async def pooled_writer() -> None:
+            nonlocal pooled
+            while time.monotonic() < stop_at:
+                async with pool.acquire() as conn, conn.transaction():
+                    await conn.execute("INSERT INTO rows (saga_id, body) VALUES ($1, $2)",
+                                       uuid.uuid4(), body)
+                pooled += 1
 
-            async def pooled_writer() -> None:
-                nonlocal pooled
-                while time.monotonic() < stop_at:
-                    async with pool.acquire() as conn, conn.transaction():
-                        await conn.execute("INSERT INTO rows (saga_id, body) VALUES ($1, $2)",
-                                           uuid.uuid4(), body)
-                    pooled += 1
-
-            pooled_start = time.monotonic()
-            await asyncio.gather(*(pooled_writer() for _ in range(concurrency)))
-            pooled_elapsed = time.monotonic() - pooled_start
-        finally:
-            await pool.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        pooled_start = time.monotonic()
+        await asyncio.gather(*(pooled_writer() for _ in range(concurrency)))
+        pooled_elapsed = time.monotonic() - pooled_start
     return {"transactions": count, "seconds": elapsed, "rate": count / elapsed,
             "concurrency": concurrency,
             "pool_acquire_per_txn_rate": pooled / pooled_elapsed,
             "commit_ms": {"p50": percentile(commits, 50), "p95": percentile(commits, 95),
                           "count": len(commits)}}
+
+
+@contextlib.asynccontextmanager
+async def scratch_pool(admin_dsn: str, suffix: str, size: int) -> AsyncIterator[asyncpg.Pool]:
+    """A pool of ``size`` connections on a new database, dropped afterwards."""
+    name = f"bench_{uuid.uuid4().hex[:8]}_{suffix}"
+    admin = await asyncpg.connect(admin_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        pool = await asyncpg.create_pool(dsn_for(admin_dsn, name), min_size=size, max_size=size)
+        try:
+            yield pool
+        finally:
+            await pool.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 async def scratch_topic(bootstrap: str, suffix: str) -> str:
