@@ -35,10 +35,15 @@ async def finish(
     that fired fewer times is a violation, so a scenario whose faults silently stopped
     firing fails instead of passing on a quiet run.
     """
-    await wait_settled(stack.dsn("coordinator"), len(orders), settle_timeout)
+    waited = time.monotonic()
+    settled = await wait_settled(stack.dsn("coordinator"), len(orders), settle_timeout)
+    settle_s = round(time.monotonic() - waited, 1)
     result = await audit(stack, orders, poison=poison or [],
                          unknown_sagas=unknown_sagas or set(),
                          forged_commands=forged_commands or set())
+    if not settled:
+        result.fail(f"not every saga settled with an empty outbox within {settle_timeout:.0f}s")
+    extra = {**(extra or {}), "settled after s": settle_s}
     if callable(faults):
         faults = faults()  # counted once everything settled
     counted: dict[str, object] = {**(extra or {}), **faults}
