@@ -149,6 +149,9 @@ def _is_transient(exc: BaseException) -> bool:
             TimeoutError,
             asyncpg.PostgresConnectionError,
             asyncpg.InterfaceError,
+            # A connection left mid-operation by a server that died while answering; the
+            # loop closes it and connects again.
+            asyncpg.InternalClientError,
             # A multi-host DSN whose servers all answer but none takes writes yet (failover).
             asyncpg.exceptions.TargetServerAttributeNotMatched,
             asyncpg.exceptions.OperatorInterventionError,
@@ -514,6 +517,9 @@ class Relay:
         self._wake.set()
 
     async def _close_pg(self, *, release: bool) -> None:
+        """Let the connection go: with ``release``, the shards first and a clean close (a
+        stop); without, after an error, at once (it may be mid-operation, waiting on a server
+        that is gone; Postgres frees the session's shard locks when it sees it go)."""
         conn, self._conn = self._conn, None
         shards, self._shards = self._shards, None
         # Rows claimed or in flight stay in the table; a later owner (re-)sends them.
@@ -525,7 +531,10 @@ class Relay:
         self.metrics.owned_shards.set(0)
         if conn is None or conn.is_closed():
             return
-        if release and shards is not None:
+        if not release:
+            conn.terminate()
+            return
+        if shards is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(shards.release_all(), 5)
         try:

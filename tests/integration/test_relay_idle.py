@@ -85,3 +85,41 @@ async def test_idle_relays_still_share_shards_and_take_over_a_stopped_ones(
             await until({"a": 16}, 5)
     finally:
         await conn.close()
+
+
+
+async def test_a_connection_left_mid_operation_is_replaced_and_the_relay_goes_on(
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """When the primary died, a relay's idle connection was left waiting for a server that
+    was gone, and its next claim raised asyncpg's InternalClientError ("another operation is
+    in progress"), which ended the relay. It must drop that connection and connect again."""
+    topic = f"{topic_prefix}.cmd"
+    conn = await asyncpg.connect(fresh_db)
+    await install(conn, shard_count=16)
+    await enqueue(conn, [message(topic, "k-0", 0)])
+    settings = fast_settings(fresh_db, kafka_bootstrap, poll_interval=30.0)
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap,
+                                auto_offset_reset="earliest")
+    try:
+        async with Relay(settings, registry=CollectorRegistry()) as relay:
+            await consumer.start()
+            assert await keys_within(consumer, 10, {"k-0"}) == {"k-0"}
+            await asyncio.sleep(0.5)  # idle now: the next hint is met by a burst
+            first = relay._conn
+            assert first is not None
+            burst = relay._burst
+
+            async def left_mid_operation() -> tuple[int, int]:
+                relay._burst = burst  # type: ignore[method-assign]
+                raise asyncpg.InternalClientError(
+                    "cannot switch to state 12; another operation (2) is in progress")
+
+            relay._burst = left_mid_operation  # type: ignore[method-assign]
+            await enqueue(conn, [message(topic, "k-1", 1)], notify=True)
+            assert await keys_within(consumer, 10, {"k-1"}) == {"k-1"}
+            assert first.is_closed() and relay._conn is not first
+            assert relay._task is not None and not relay._task.done()
+    finally:
+        await consumer.stop()
+        await conn.close()
