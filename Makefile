@@ -43,12 +43,12 @@ lint: bootstrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## test: lint, then every test suite against the local services (the failover scenarios,
-##       4-5 minutes each on 2 cores, run with test-failover)
+## test: lint, then every test suite against the local services (the failover scenarios
+##       included: they start and stop their own HA stack)
 test: services lint
-	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m "not failover" --durations=30
+	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest --durations=30
 
-## test-failover: the failover chaos scenarios (they start and stop their own HA stack)
+## test-failover: only the failover chaos scenarios
 test-failover: services
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m failover
 

@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from participant_sdk.protocol import reply_topic
 from tests.chaos.conftest import MakeStack
+from tests.chaos.support import patient_sagas
 from tests.chaos.support.failover_load import IN_FLIGHT_AT_FAULT, load_until_fault
 from tests.chaos.support.ha import OwnedKafkaCluster
 from tests.chaos.support.recovery import ProgressSampler
@@ -61,7 +62,8 @@ async def test_kafka_broker_leading_partitions_lost(
     try:
         await asyncio.to_thread(cluster.up)
         started = time.monotonic()
-        stack = await make_stack(kafka=cluster.bootstrap, replication_factor=3)
+        stack = await make_stack(kafka=cluster.bootstrap, replication_factor=3,
+                                 sagas=patient_sagas.SAGAS)
         stacks.append(stack)
         sampler = ProgressSampler(stack.dsn("coordinator"))
         load = await load_until_fault(stack, sampler, SEED, stack.start_default)

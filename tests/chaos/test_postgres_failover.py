@@ -16,6 +16,7 @@ import pytest
 
 from outbox_relay.schema import SHARD_LOCK_NAMESPACE
 from tests.chaos.conftest import MakeStack
+from tests.chaos.support import patient_sagas
 from tests.chaos.support.failover_load import IN_FLIGHT_AT_FAULT, load_until_fault
 from tests.chaos.support.ha import OwnedPostgresPair
 from tests.chaos.support.recovery import ProgressSampler
@@ -41,7 +42,7 @@ async def test_postgres_primary_lost_standby_promoted(make_stack: MakeStack) -> 
         await asyncio.to_thread(pair.up)
         assert await asyncio.to_thread(pair.synchronous), "the standby is not synchronous"
         started = time.monotonic()
-        stack = await make_stack(pg_url=pair.url)
+        stack = await make_stack(pg_url=pair.url, sagas=patient_sagas.SAGAS)
         stacks.append(stack)
         sampler = ProgressSampler(stack.dsn("coordinator"))
         load = await load_until_fault(stack, sampler, SEED, lambda: stack.start_default(relays=2))

@@ -31,7 +31,7 @@ from examples.services.inventory import INITIAL_STOCK
 from examples.services.payments import BROKE_CUSTOMER, OPENING_BALANCE
 from participant_sdk.protocol import ProtocolError, decode_reply
 from tests.chaos.support.driver import Order
-from tests.chaos.support.stack import SAGAS, SERVICES, ChaosStack
+from tests.chaos.support.stack import SERVICES, ChaosStack
 
 TERMINAL = ("completed", "compensated", "cancelled")
 
@@ -141,7 +141,7 @@ async def audit(
     await _audit_queues(coord, result)
     await _audit_dead_letters(stack, poison, unknown_sagas, forged_commands, result)
 
-    registry = build_registry(list(SAGAS), topic_prefix=stack.prefix)
+    registry = build_registry(list(stack.sagas), topic_prefix=stack.prefix)
     async with await SagaStore.open(coord, registry, min_size=1, max_size=4) as store:
         # Four at a time: a failover scenario's thousands of sagas would take minutes in turn.
         ids = [r["id"] for r in rows]

@@ -1,6 +1,6 @@
 """The load both failover scenarios put on a stack before their fault.
 
-Sized so that over a thousand sagas are in flight when the fault lands, with the rest started
+Sized so that two thousand sagas are in flight when the fault lands, with the rest started
 while the stack runs, across it; and so that the rate before the fault is measured on a moving
 stack. Each scenario keeps its own seed.
 """
@@ -15,10 +15,10 @@ from tests.chaos.support.driver import Order, plan_orders, start_concurrently
 from tests.chaos.support.recovery import ProgressSampler
 from tests.chaos.support.stack import ChaosStack
 
-ORDERS = 1300
-#: Started before the processes, so over a thousand are in flight at the fault.
-BACKLOG = 1150
-IN_FLIGHT_AT_FAULT = 1000
+ORDERS = 2300
+#: Started before the processes, so two thousand are in flight at the fault.
+BACKLOG = 2150
+IN_FLIGHT_AT_FAULT = 2000
 #: Sagas settled before the fault (or 45 s of a moving stack).
 SETTLED_BEFORE_FAULT = 150
 DRIVERS = 8
@@ -38,11 +38,13 @@ async def load_until_fault(
     (the sampler marks it)."""
     orders = plan_orders(seed, ORDERS, customers=ORDERS // 10, skus=ORDERS // 20)
     dsn = stack.dsn("coordinator")
-    await start_concurrently(dsn, stack.prefix, orders[:BACKLOG], drivers=DRIVERS)
+    await start_concurrently(dsn, stack.prefix, orders[:BACKLOG], drivers=DRIVERS,
+                             sagas=stack.sagas)
     sampler.start()
     start_processes()
     await stack.wait_ready()
-    drivers = start_concurrently(dsn, stack.prefix, orders[BACKLOG:], drivers=DRIVERS)
+    drivers = start_concurrently(dsn, stack.prefix, orders[BACKLOG:], drivers=DRIVERS,
+                                 sagas=stack.sagas)
     await sampler.wait_progress(IN_FLIGHT_AT_FAULT, SETTLED_BEFORE_FAULT,
                                 steady_after=45, timeout=150)
     sampler.mark_fault()

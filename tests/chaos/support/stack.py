@@ -70,6 +70,8 @@ class ChaosStack:
     proc_pg_url: str  # Postgres server address the processes use (maybe a proxy)
     proc_kafka: str  # bootstrap the processes use (maybe a proxy)
     replication_factor: int = 1  # of the scenario's topics (3 on the HA cluster)
+    #: Import paths of the saga classes every process (and the driver and auditor) registers.
+    sagas: tuple[str, ...] = SAGAS
     databases: dict[str, str] = field(default_factory=dict)  # role -> database name
     procs: dict[str, Proc] = field(default_factory=dict)
 
@@ -86,9 +88,11 @@ class ChaosStack:
         proc_kafka: str | None = None,
         prefix: str | None = None,
         replication_factor: int = 1,
+        sagas: tuple[str, ...] = SAGAS,
     ) -> ChaosStack:
         stack = cls(
             replication_factor=replication_factor,
+            sagas=sagas,
             admin_url=pg_url,
             kafka_admin=kafka,
             prefix=prefix or f"chaos{uuid.uuid4().hex[:8]}",
@@ -157,7 +161,7 @@ class ChaosStack:
             "SAGAFLOW_DSN": self.proc_dsn("coordinator"),
             "SAGAFLOW_KAFKA_BOOTSTRAP": self.proc_kafka,
             "SAGAFLOW_TOPIC_PREFIX": self.prefix,
-            "SAGAFLOW_SAGAS": ",".join(SAGAS),
+            "SAGAFLOW_SAGAS": ",".join(self.sagas),
             "SAGAFLOW_GROUP_ID": f"{self.prefix}-coordinator",
             "SAGAFLOW_SHUTDOWN_GRACE": "PT3S",
             **env,
