@@ -7,7 +7,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import asyncpg
 from opentelemetry import propagate
@@ -54,15 +54,43 @@ def _headers_json(message: OutboxMessage) -> str:
     return json.dumps(headers, separators=(",", ":"))
 
 
-_INSERT: Final = """
+def insert_select(first: int, *, only_keys: str | None = None) -> str:
+    """The outbox INSERT of :func:`enqueue` with its five array parameters (topic, key,
+    payload, message id, headers: :func:`insert_args`) numbered from ``$first``, to run as a
+    data-modifying CTE of a writer's own statement. ``only_keys``: an SQL expression yielding
+    keys (text); rows of other keys are not inserted.
+
+    Ids follow the arrays' order; the shard is computed from the key as every writer does.
+    """
+    p = [f"${first + i}" for i in range(5)]
+    where = f"WHERE t.key IN ({only_keys})\n" if only_keys is not None else ""
+    return f"""
 INSERT INTO sagaflow_outbox (shard, topic, key, payload, message_id, headers)
 SELECT ((hashtextextended(t.key, 0) & 9223372036854775807)
         % (SELECT shard_count FROM sagaflow_outbox_meta))::smallint,
        t.topic, t.key, t.payload, t.message_id, t.headers
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::uuid[], $5::jsonb[])
+FROM unnest({p[0]}::text[], {p[1]}::text[], {p[2]}::bytea[], {p[3]}::uuid[], {p[4]}::jsonb[])
      WITH ORDINALITY AS t(topic, key, payload, message_id, headers, ord)
-ORDER BY t.ord
-"""
+{where}ORDER BY t.ord
+"""  # noqa: S608 - parameter numbers and the caller's constant SQL
+
+
+def insert_args(messages: Sequence[OutboxMessage]) -> list[list[Any]]:
+    """The five array parameters of :func:`insert_select` for ``messages``; raises
+    :class:`InvalidMessageError` for a message Kafka would refuse (bad topic, bad header)."""
+    for message in messages:
+        if not valid_topic(message.topic):
+            raise InvalidMessageError(f"invalid Kafka topic name {message.topic!r}")
+    return [
+        [m.topic for m in messages],
+        [m.key for m in messages],
+        [m.payload for m in messages],
+        [m.message_id for m in messages],
+        [_headers_json(m) for m in messages],
+    ]
+
+
+_INSERT: Final = insert_select(1)
 
 
 async def enqueue(
@@ -76,17 +104,7 @@ async def enqueue(
     """
     if not messages:
         return
-    for message in messages:
-        if not valid_topic(message.topic):
-            raise InvalidMessageError(f"invalid Kafka topic name {message.topic!r}")
-    await conn.execute(
-        _INSERT,
-        [m.topic for m in messages],
-        [m.key for m in messages],
-        [m.payload for m in messages],
-        [m.message_id for m in messages],
-        [_headers_json(m) for m in messages],
-    )
+    await conn.execute(_INSERT, *insert_args(messages))
     if notify:
         await notify_relays(conn)
 

@@ -49,6 +49,7 @@ from coordinator.store._writes import (
     LOCK_SAGAS_SKIP_LOCKED,
     Change,
     LockedSaga,
+    write_at_once,
     write_changes,
     write_deliveries,
 )
@@ -292,7 +293,8 @@ class SagaStore:
             if state.status.is_terminal:
                 self._states.drop(change.saga.saga_id)
             else:
-                self._states.put(change.saga.saga_id, change.seq, state)
+                self._states.put(change.saga.saga_id, change.seq, state,
+                                 change.saga.trace_context)
 
     async def _load_bases(self, conn: asyncpg.Connection, locked: Iterable[LockedSaga]
                           ) -> None:
@@ -625,6 +627,20 @@ class SagaStore:
         """
         if not events and not dead_letters:
             return []
+        if not dead_letters:
+            cached = await self._apply_cached(events)
+            if cached is not None:
+                stale = [e for e, r in zip(events, cached, strict=True) if r is None]
+                if not stale:
+                    return cached  # type: ignore[return-value]
+                rest = iter(await self._apply_many_locked(stale, ()))
+                return [r if r is not None else next(rest) for r in cached]
+        return await self._apply_many_locked(events, dead_letters)
+
+    async def _apply_many_locked(self, events: Sequence[PendingEvent],
+                                 dead_letters: Sequence[DeadLetter]) -> list[ApplyResult]:
+        """:meth:`apply_many` the locking way: BEGIN, lock the rows, load what is not cached,
+        decide, write, COMMIT."""
 
         async def work(
             conn: asyncpg.Connection,
@@ -642,6 +658,53 @@ class SagaStore:
         self._notify_timers(earliest)
         return results  # type: ignore[no-any-return]
 
+    async def _apply_cached(self, events: Sequence[PendingEvent]
+                            ) -> list[ApplyResult | None] | None:
+        """Apply ``events`` to the states this process last wrote, without a lock: decide,
+        then write each saga's change in ONE autocommitted statement that writes it only if
+        the saga's row is still at the history seq the state was cached at (compare and set,
+        see ``WRITE_SAGAS``). One round trip instead of BEGIN, lock, write, outbox, COMMIT.
+
+        Returns the results, ``None`` for the events of sagas whose row had moved on (another
+        replica changed them: nothing of theirs was written); or ``None`` when the batch is not
+        for this path (a saga not cached, an event refused, a decision that needs more than
+        the one statement, a database error): the caller applies it the locking way.
+        """
+        locked: dict[UUID, LockedSaga] = {}
+        for pending in events:
+            if pending.saga_id in locked:
+                continue
+            entry = self._states.latest(pending.saga_id)
+            if entry is None:
+                return None
+            seq, state, trace_context = entry
+            locked[pending.saga_id] = LockedSaga(
+                saga_id=pending.saga_id, saga_type=state.saga_type, version=state.version,
+                trace_context=dict(trace_context), history_seq=seq, base=state)
+        now = self._clock()
+        results, changes, letters, deferred = self._decide(locked, events, now)
+        if (letters or deferred or len(changes) != len(events)
+                or any(c.decision.children for c in changes)):
+            return None
+        try:
+            async with self.pool.acquire() as conn:
+                outcome = await write_at_once(conn, changes)
+        except (*_TRANSIENT, *CONNECTION_ERRORS) as exc:
+            # Unknown whether it committed: the locking path reads the row and, if it did,
+            # finds the events applied (duplicates, ignored).
+            log.debug("one-statement apply failed (%s); locking instead", exc)
+            return None
+        if outcome is None:
+            return None
+        written, earliest = outcome
+        committed = [c for c in changes if c.saga.saga_id in written]
+        for saga_id in locked.keys() - written:
+            self._states.drop(saga_id)
+        self._remember(committed)
+        self._notify_changes(committed)
+        self._notify_timers(earliest)
+        return [r if r.saga_id in written else None for r in results]
+
     async def _apply_locked(
         self,
         conn: asyncpg.Connection,
@@ -651,6 +714,26 @@ class SagaStore:
         fired: Sequence[str | None] | None = None,
     ) -> tuple[list[ApplyResult], datetime | None]:
         await self._load_bases(conn, locked.values())
+        results, changes, letters, deferred = self._decide(locked, events, now, fired)
+        earliest = await self._write(conn, changes)
+        for letter in letters:
+            await record_dead_letter(conn, letter)
+        if deferred:
+            log.warning("%d events deferred: their saga's version is not registered here",
+                        len(deferred))
+            await write_deliveries(conn, deferred)
+        return results, earliest
+
+    def _decide(
+        self,
+        locked: dict[UUID, LockedSaga],
+        events: Sequence[PendingEvent],
+        now: datetime,
+        fired: Sequence[str | None] | None = None,
+    ) -> tuple[list[ApplyResult], list[Change], list[DeadLetter],
+               list[tuple[Delivery, datetime]]]:
+        """Run the core on each event in order (no I/O): a result per event, the changes to
+        write, the dead letters of refused events and the deliveries deferred."""
         states: dict[UUID, SagaState] = {}
         results: list[ApplyResult] = []
         changes: list[Change] = []
@@ -694,14 +777,7 @@ class SagaStore:
             )
             changes.append(change)
             results.append(_result(change))
-        earliest = await self._write(conn, changes)
-        for letter in letters:
-            await record_dead_letter(conn, letter)
-        if deferred:
-            log.warning("%d events deferred: their saga's version is not registered here",
-                        len(deferred))
-            await write_deliveries(conn, deferred)
-        return results, earliest
+        return results, changes, letters, deferred
 
     def _definition_of(self, saga: LockedSaga) -> CompiledSaga:
         return self.definition(saga.saga_type, saga.version)
