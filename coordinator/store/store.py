@@ -617,25 +617,33 @@ class SagaStore:
     async def apply_many(
         self, events: Sequence[PendingEvent], *, dead_letters: Sequence[DeadLetter] = ()
     ) -> list[ApplyResult]:
-        """Apply events of many sagas in ONE transaction; results follow ``events`` order.
+        """Apply events of many sagas; results follow ``events`` order.
 
-        Sagas are locked in id order (no deadlock between concurrent batches); several events
-        of one saga are applied in the given order. An event the core refuses, or one for an
+        The events of sagas whose state this process wrote last are applied in ONE statement
+        (see :meth:`_apply_cached`), the rest in ONE transaction that locks their sagas in id
+        order (no deadlock between concurrent batches); all events of a saga go the same way,
+        applied in the given order. An event the core refuses, or one for an
         unknown saga, does not fail the batch: it gets a ``rejected`` / ``not_found`` result
         and its ``dead_letter``, if any, is stored in the same transaction, as are the
         ``dead_letters`` given (records that never became events).
         """
         if not events and not dead_letters:
             return []
-        if not dead_letters:
-            cached = await self._apply_cached(events)
-            if cached is not None:
-                stale = [e for e, r in zip(events, cached, strict=True) if r is None]
-                if not stale:
-                    return cached  # type: ignore[return-value]
-                rest = iter(await self._apply_many_locked(stale, ()))
-                return [r if r is not None else next(rest) for r in cached]
-        return await self._apply_many_locked(events, dead_letters)
+        # The events of sagas whose state this process wrote last go first, in one statement;
+        # the others (and those whose row had moved on) the locking way, with the dead letters.
+        fast = [i for i, e in enumerate(events) if self._states.latest(e.saga_id) is not None]
+        done = await self._apply_cached([events[i] for i in fast]) if fast else None
+        if done is None:
+            return await self._apply_many_locked(events, dead_letters)
+        results: list[ApplyResult | None] = [None] * len(events)
+        for index, result in zip(fast, done, strict=True):
+            results[index] = result
+        rest = [i for i, r in enumerate(results) if r is None]
+        if rest or dead_letters:
+            late = await self._apply_many_locked([events[i] for i in rest], dead_letters)
+            for index, result in zip(rest, late, strict=True):
+                results[index] = result
+        return results  # type: ignore[return-value]
 
     async def _apply_many_locked(self, events: Sequence[PendingEvent],
                                  dead_letters: Sequence[DeadLetter]) -> list[ApplyResult]:

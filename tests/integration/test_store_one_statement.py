@@ -96,6 +96,8 @@ async def test_a_state_moved_on_by_another_store_is_not_written_over(
     log, store, other = stores
     moved = (await store.start_saga("tcc_order", INPUT)).record.saga_id
     kept = (await store.start_saga("tcc_order", {**INPUT, "order_id": "o-2"})).record.saga_id
+    # Started by the other replica: not in this store's cache at all.
+    foreign = (await other.start_saga("tcc_order", {**INPUT, "order_id": "o-3"})).record.saga_id
     first = {c.saga_id: c for c in await outbox_commands(store)}
     # The other replica applies the first reply of one saga: this store's cached state of
     # that saga (history seq 1) is stale now.
@@ -103,17 +105,23 @@ async def test_a_state_moved_on_by_another_store_is_not_written_over(
     assert result.outcome is ApplyOutcome.APPLIED
     (hold,) = await outbox_commands(store)
     log.queries.clear()
-    # One batch: the second reply of the moved saga and the first reply of the other.
-    results = await store.apply_many([_reply(hold), _reply(first[kept])])
+    # One batch: the second reply of the moved saga, the first reply of the kept one and of
+    # the foreign one.
+    results = await store.apply_many([_reply(hold), _reply(first[foreign]),
+                                      _reply(first[kept])])
     assert [(r.saga_id, r.outcome, r.seq) for r in results] == [
-        (moved, ApplyOutcome.APPLIED, 3), (kept, ApplyOutcome.APPLIED, 2)]
-    # The one statement wrote the saga whose row was still at the cached seq and nothing of
-    # the other; that one was then applied with its row locked and its state read afresh.
+        (moved, ApplyOutcome.APPLIED, 3), (foreign, ApplyOutcome.APPLIED, 2),
+        (kept, ApplyOutcome.APPLIED, 2)]
+    # The one statement was tried on the two cached sagas and wrote only the one whose row
+    # was still at the cached seq; the moved one and the foreign one were then applied in a
+    # transaction that locked their rows and read their states afresh.
     assert log.queries[0] == WRITE_SAGAS.strip()
-    assert LOCK_SAGAS.strip() in log.queries[1:]
-    for saga_id, seqs in ((moved, [1, 2, 3]), (kept, [1, 2])):
+    locks = [q for q in log.queries[1:] if q == LOCK_SAGAS.strip()]
+    assert len(locks) == 1 and log.queries.count(WRITE_SAGAS.strip()) == 2
+    for saga_id, seqs in ((moved, [1, 2, 3]), (kept, [1, 2]), (foreign, [1, 2])):
         assert [h.seq for h in await store.get_history(saga_id)] == seqs
     commands = await outbox_commands(store)
     assert sorted((c.saga_id == moved, c.step, c.phase.value) for c in commands) == [
-        (False, "hold", "try"), (True, "hold", "confirm"), (True, "reserve", "confirm")]
-    await verify_all(store, [moved, kept])
+        (False, "hold", "try"), (False, "hold", "try"), (True, "hold", "confirm"),
+        (True, "reserve", "confirm")]
+    await verify_all(store, [moved, kept, foreign])
