@@ -48,6 +48,11 @@ class CoordinatorSettings(BaseSettings):
     #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are
     #: there, so this only sets how often an idle worker wakes up).
     reply_fetch_timeout: Duration = timedelta(seconds=1)
+    #: Shortest time between two commits of the reply offsets (they are committed in the
+    #: background, after the batch's transaction): the replies of a busy worker cost one
+    #: OffsetCommit round trip per interval, not one per batch. A crash redelivers at most
+    #: what came since the last commit; those replies are ignored as duplicates.
+    reply_commit_interval: Duration = timedelta(milliseconds=100)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.

@@ -144,7 +144,8 @@ class Worker:
         )
         await open_with_retry(consumer.start, what="Kafka")
         self._consumer = consumer
-        self._offsets = OffsetCommitter(consumer, name=self.name)
+        self._offsets = OffsetCommitter(
+            consumer, name=self.name, interval=s.reply_commit_interval.total_seconds())
         await self._offsets.start()
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
