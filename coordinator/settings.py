@@ -71,6 +71,13 @@ class CoordinatorSettings(BaseSettings):
     #: commands at its next poll (up to its poll interval, 5 s, later).
     wake_relays: bool = True
     relay_wake_interval: Duration = timedelta(0)
+    #: The worker publishes the commands of its own commits to Kafka right after each
+    #: commit (its own idempotent producer), then deletes their outbox rows; relays leave
+    #: those rows alone for ``publish_lease`` and send whatever is still there after it (the
+    #: worker crashed, Kafka refused a row). Saves each hop the relay's hint, wake-up and
+    #: claim. Off: every command goes through a relay (and ``wake_relays`` hints them).
+    publish_commands: bool = True
+    publish_lease: Duration = timedelta(seconds=2)
     #: How long stop() lets in-flight batches finish before cancelling them.
     shutdown_grace: Duration = timedelta(seconds=10)
     #: Checkpoint long histories every ``compact_interval`` (0, the default: off). A round
@@ -81,6 +88,13 @@ class CoordinatorSettings(BaseSettings):
     compact_min_events: int = Field(default=100, ge=1)
     compact_batch_size: int = Field(default=1000, ge=1, le=100_000)
     compact_archive: bool = False
+
+    @field_validator("publish_lease")
+    @classmethod
+    def _positive_lease(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("publish_lease must be positive")
+        return value
 
     @field_validator("compact_interval")
     @classmethod

@@ -33,6 +33,32 @@ class OutboxMessage:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class LeasedRow:
+    """An outbox row its writer publishes itself (:class:`~outbox_relay.direct.DirectPublisher`):
+    where it is stored and what it holds."""
+
+    shard: int
+    id: int
+    message: OutboxMessage
+    #: The headers as stored (the writer's trace context included), text values.
+    headers: Mapping[str, str]
+
+
+def leased_rows(shards: Sequence[int] | None, ids: Sequence[int] | None,
+                message_ids: Sequence[uuid.UUID] | None, messages: Sequence[OutboxMessage],
+                headers: Sequence[str]) -> list[LeasedRow]:
+    """The leased rows an insert returned (:func:`insert_select` with a lease), joined with
+    the messages and the stored header JSON (:func:`insert_args`) it inserted, in id order."""
+    if not ids:
+        return []
+    assert shards is not None and message_ids is not None
+    by_id = {m.message_id: (m, h) for m, h in zip(messages, headers, strict=True)}
+    rows = sorted(zip(ids, shards, message_ids, strict=True))
+    return [LeasedRow(shard, row_id, by_id[mid][0], json.loads(by_id[mid][1]))
+            for row_id, shard, mid in rows]
+
+
 def valid_topic(topic: str) -> bool:
     """Whether Kafka accepts ``topic`` as a topic name."""
     return _TOPIC_RE.fullmatch(topic) is not None and topic not in (".", "..")
@@ -54,25 +80,44 @@ def _headers_json(message: OutboxMessage) -> str:
     return json.dumps(headers, separators=(",", ":"))
 
 
-def insert_select(first: int, *, only_keys: str | None = None) -> str:
+def insert_select(first: int, *, only_keys: str | None = None, lease: str | None = None
+                  ) -> str:
     """The outbox INSERT of :func:`enqueue` with its five array parameters (topic, key,
     payload, message id, headers: :func:`insert_args`) numbered from ``$first``, to run as a
     data-modifying CTE of a writer's own statement. ``only_keys``: an SQL expression yielding
     keys (text); rows of other keys are not inserted.
 
+    ``lease``: an SQL interval expression for a writer that publishes its rows itself right
+    after its commit (:class:`~outbox_relay.direct.DirectPublisher`). Each row's ``created_at``
+    is then set that far ahead: relays leave a row alone until its ``created_at``, so the
+    writer has that long to publish and delete it before a relay takes it as its own (the
+    recovery path). A row of a key with a dead letter gets no lease (the relays hold such a
+    key back; its writer must not publish it either). The insert returns each row's shard, id,
+    message id and ``leased``.
+
     Ids follow the arrays' order; the shard is computed from the key as every writer does.
     """
     p = [f"${first + i}" for i in range(5)]
     where = f"WHERE t.key IN ({only_keys})\n" if only_keys is not None else ""
+    if lease is None:
+        created, returning = "clock_timestamp()", ""
+    else:
+        created = f"""clock_timestamp() + CASE WHEN {lease} > interval '0'
+            AND (NOT (SELECT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter))
+                 OR NOT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter d
+                                WHERE d.key = t.key))
+            THEN {lease} ELSE interval '0' END"""  # noqa: S608 - the caller's constant SQL
+        returning = ("RETURNING shard, id, message_id, created_at > clock_timestamp() "
+                     "AS leased\n")
     return f"""
-INSERT INTO sagaflow_outbox (shard, topic, key, payload, message_id, headers)
+INSERT INTO sagaflow_outbox (shard, topic, key, payload, message_id, headers, created_at)
 SELECT ((hashtextextended(t.key, 0) & 9223372036854775807)
         % (SELECT shard_count FROM sagaflow_outbox_meta))::smallint,
-       t.topic, t.key, t.payload, t.message_id, t.headers
+       t.topic, t.key, t.payload, t.message_id, t.headers, {created}
 FROM unnest({p[0]}::text[], {p[1]}::text[], {p[2]}::bytea[], {p[3]}::uuid[], {p[4]}::jsonb[])
      WITH ORDINALITY AS t(topic, key, payload, message_id, headers, ord)
 {where}ORDER BY t.ord
-"""  # noqa: S608 - parameter numbers and the caller's constant SQL
+{returning}"""  # noqa: S608 - parameter numbers and the caller's constant SQL
 
 
 def insert_args(messages: Sequence[OutboxMessage]) -> list[list[Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
@@ -21,7 +21,13 @@ from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
 from coordinator.store.nodes import UPSERT_NODES, dumps, node_writes, spine_json
 from coordinator.store.signals import mark_consumed
-from outbox_relay.message import OutboxMessage, insert_args, insert_select
+from outbox_relay.message import (
+    LeasedRow,
+    OutboxMessage,
+    insert_args,
+    insert_select,
+    leased_rows,
+)
 from participant_sdk.protocol import (
     HEADER_MESSAGE_KIND,
     HEADER_PROTOCOL,
@@ -142,15 +148,23 @@ RETURNING s.id
 #: The saga rows, history rows, changed nodes, consumed and new timers and the outbox rows of
 #: a batch of changes in ONE statement. Each saga's row is updated only if its history seq is
 #: still the one the changes were decided on ($34: compare and set); everything else of a saga
-#: is written only if its row was (``saga``). Returns the ids of the sagas written. Inside a
-#: transaction that locked the rows every saga is written; alone (autocommit) it is a whole
-#: state change in one round trip, which a stale cached state cannot write.
+#: is written only if its row was (``saga``). Returns the ids of the sagas written and the
+#: outbox rows leased to this writer ($41 > 0: it publishes them itself after the commit, see
+#: ``outbox_relay.direct``). Inside a transaction that locked the rows every saga is written;
+#: alone (autocommit) it is a whole state change in one round trip, which a stale cached state
+#: cannot write.
 WRITE_SAGAS: Final = (
     "WITH saga AS (" + _UPDATE_SAGAS + "), nodes AS ("  # noqa: S608 - constants
     + UPSERT_NODES
     + "), history AS (" + _INSERT_HISTORY + "), gone AS (" + _DELETE_TIMERS
     + "), due AS (" + _INSERT_TIMERS + "), ended AS (" + _END_TIMERS + "), outbox AS ("
-    + insert_select(36, only_keys="SELECT id::text FROM saga") + ")\nSELECT id FROM saga"
+    + insert_select(36, only_keys="SELECT id::text FROM saga", lease="$41::interval") + ")"
+    + """
+SELECT (SELECT array_agg(id) FROM saga) AS sagas, l.shards, l.ids, l.message_ids
+FROM (SELECT array_agg(shard) AS shards, array_agg(id) AS ids, array_agg(message_id)
+          AS message_ids
+      FROM outbox WHERE leased) AS l
+"""
 )
 
 #: Step phase of an active step -> the protocol phase whose attempts it is on.
@@ -208,7 +222,7 @@ def command_headers(trace_context: Mapping[str, str]) -> dict[str, str]:
 class _Batch:
     """The parameters of :data:`WRITE_SAGAS` for a list of changes, and what else they need."""
 
-    __slots__ = ("args", "consumed", "finals", "nodes", "timers")
+    __slots__ = ("args", "consumed", "finals", "headers", "messages", "nodes", "timers")
 
     def __init__(self, changes: Sequence[Change]) -> None:
         # One history row per change; one spine update per saga, the last change of each
@@ -231,7 +245,7 @@ class _Batch:
         deletes, timers = self.timers = _timer_rows(changes)
         self.consumed = [(c.saga.saga_id, s.signal_id, s.node, c.now) for c in changes
                          for s in c.decision.consumed_signals]
-        messages = [
+        messages = self.messages = [
             OutboxMessage(
                 topic=cmd.topic,
                 key=str(c.saga.saga_id),
@@ -242,7 +256,9 @@ class _Batch:
             for c in changes
             for cmd in c.decision.commands
         ]
-        self.args = [
+        outbox = insert_args(messages)
+        self.headers: list[str] = outbox[4]
+        self.args: list[Any] = [
             [c.saga.saga_id for c in finals],
             [c.decision.state.status.value for c in finals],
             [spine_json(c.decision.state) for c in finals],
@@ -275,8 +291,13 @@ class _Batch:
             # The history seq each saga's changes were decided on.
             [first_seq[c.saga.saga_id] - 1 for c in finals],
             [c.saga.saga_id for c in finals if c.decision.state.status.is_terminal],
-            *insert_args(messages),
+            *outbox,
         ]
+
+    def leased(self, row: Any) -> list[LeasedRow]:
+        """The outbox rows leased to this writer, from the statement's result ``row``."""
+        return leased_rows(row["shards"], row["ids"], row["message_ids"], self.messages,
+                           self.headers)
 
     def earliest(self, written: set[UUID] | None = None) -> datetime | None:
         """The earliest due time of the timers inserted (of the sagas ``written``)."""
@@ -287,19 +308,27 @@ class _Batch:
 
 
 async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
-                        deliveries: Sequence[tuple[Delivery, datetime]] = ()) -> datetime | None:
+                        deliveries: Sequence[tuple[Delivery, datetime]] = (), *,
+                        leased: list[LeasedRow] | None = None,
+                        lease: timedelta = timedelta(0)) -> datetime | None:
     """Persist ``changes`` (in order) and their deliveries, and ``deliveries`` made by the
     store itself, in the caller's transaction, whose saga rows are locked; return the earliest
-    due time of the timers inserted."""
+    due time of the timers inserted. With ``leased`` (and a ``lease``), the commands' outbox
+    rows are leased to the caller, who publishes them after the commit: they are appended to
+    ``leased``."""
     sent = [(d, c.now) for c in changes for d in c.decision.deliveries] + list(deliveries)
     if sent:
         await write_deliveries(conn, sent)
     if not changes:
         return min(at for _, at in sent) if sent else None
     batch = _Batch(changes)
-    written = await conn.fetch(WRITE_SAGAS, *batch.args)
-    if len(written) != len(batch.finals):
+    row = await conn.fetchrow(WRITE_SAGAS, *batch.args,
+                              lease if leased is not None else timedelta(0))
+    assert row is not None
+    if len(row["sagas"] or ()) != len(batch.finals):
         raise RuntimeError("a locked saga row changed under its lock: history seq moved")
+    if leased is not None:
+        leased.extend(batch.leased(row))
     await batch.nodes.delete(conn)
     await mark_consumed(conn, batch.consumed)
     earliest = batch.earliest()
@@ -309,20 +338,24 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
     return earliest
 
 
-async def write_at_once(conn: asyncpg.Connection, changes: Sequence[Change]
-                        ) -> tuple[set[UUID], datetime | None] | None:
+async def write_at_once(conn: asyncpg.Connection, changes: Sequence[Change], *,
+                        lease: timedelta = timedelta(0)
+                        ) -> tuple[set[UUID], datetime | None, list[LeasedRow]] | None:
     """Write ``changes``, decided on states read from no lock, as ONE autocommitted statement:
     each saga's part only if its row is still at the history seq its changes were decided on.
-    Returns the ids of the sagas written and the earliest timer they inserted; ``None`` (and
-    nothing written) when the changes need more than that statement (deliveries, consumed
-    signals, deleted nodes): the caller takes the locking path then."""
+    Returns the ids of the sagas written, the earliest timer they inserted and the outbox rows
+    leased to the caller (with a ``lease``); ``None`` (and nothing written) when the changes
+    need more than that statement (deliveries, consumed signals, deleted nodes): the caller
+    takes the locking path then."""
     if any(c.decision.deliveries or c.decision.consumed_signals for c in changes):
         return None
     batch = _Batch(changes)
     if batch.nodes.deleted:
         return None
-    written = {r["id"] for r in await conn.fetch(WRITE_SAGAS, *batch.args)}
-    return written, batch.earliest(written)
+    row = await conn.fetchrow(WRITE_SAGAS, *batch.args, lease)
+    assert row is not None
+    written = set(row["sagas"] or ())
+    return written, batch.earliest(written), batch.leased(row)
 
 
 async def write_deliveries(conn: asyncpg.Connection,

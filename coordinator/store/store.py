@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, Self
 from uuid import UUID, uuid4
 
@@ -80,6 +80,7 @@ from coordinator.store.records import (
     VerifyResult,
 )
 from coordinator.store.signals import insert_signals, signal_payload, stored_signals
+from outbox_relay.message import LeasedRow
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.pools import create_pool
 from participant_sdk.protocol import Phase
@@ -98,6 +99,13 @@ ChangeListener = Callable[[Sequence[Change]], None]
 _WRITTEN: contextvars.ContextVar[list[Change] | None] = contextvars.ContextVar(
     "sagaflow_written_changes", default=None
 )
+#: Outbox rows leased to this store's publisher by the attempt running in this task.
+_LEASED: contextvars.ContextVar[list[LeasedRow] | None] = contextvars.ContextVar(
+    "sagaflow_leased_rows", default=None
+)
+#: Called after a commit with the outbox rows it leased to this store (see
+#: :meth:`SagaStore.publish_own_rows`).
+Publish = Callable[[Sequence[LeasedRow]], None]
 
 _TRANSIENT: Final = (
     asyncpg.SerializationError,
@@ -184,6 +192,8 @@ class SagaStore:
         self._timer_listeners: list[TimerListener] = []
         self._change_listeners: list[ChangeListener] = []
         self._closed = False
+        self._publish: Publish | None = None
+        self._lease = timedelta(0)
 
     @classmethod
     async def open(
@@ -237,6 +247,14 @@ class SagaStore:
         """Be told (after commit, once per committed transaction) of the changes written."""
         self._change_listeners.append(listener)
 
+    def publish_own_rows(self, publish: Publish, lease: timedelta) -> None:
+        """Lease the outbox rows of the commands this store writes to ``publish``, which is
+        called right after each commit with them (``outbox_relay.direct``): relays leave
+        them alone for ``lease``, and send what was not published and deleted by then."""
+        if lease <= timedelta(0):
+            raise ValueError("the lease must be positive")
+        self._publish, self._lease = publish, lease
+
     # -- definitions ------------------------------------------------------------------------
 
     def definition(self, saga_type: str, version: int | None = None) -> CompiledSaga:
@@ -267,7 +285,9 @@ class SagaStore:
         delay = 0.01
         for attempt in range(1, _ATTEMPTS + 1):
             written: list[Change] = []
+            leased: list[LeasedRow] | None = [] if self._publish is not None else None
             token = _WRITTEN.set(written)
+            leased_token = _LEASED.set(leased)
             try:
                 async with self.transaction() as conn:
                     value = await work(conn)
@@ -280,10 +300,21 @@ class SagaStore:
                 continue
             finally:
                 _WRITTEN.reset(token)
+                _LEASED.reset(leased_token)
+            self._published(leased)
             self._remember(written)
             self._notify_changes(written)
             return value
         raise AssertionError("unreachable")
+
+    def _published(self, rows: Sequence[LeasedRow] | None) -> None:
+        """Hand the committed rows leased to this store to its publisher (first: the next
+        hop of every saga in them waits for it)."""
+        if rows and self._publish is not None:
+            try:
+                self._publish(rows)
+            except Exception:  # the commit stands: a relay sends them after their lease
+                log.exception("publishing %d committed outbox rows failed", len(rows))
 
     def _remember(self, changes: Sequence[Change]) -> None:
         """Cache the committed states (only after the commit: a rolled-back attempt's state
@@ -696,7 +727,8 @@ class SagaStore:
             return None
         try:
             async with self.pool.acquire() as conn:
-                outcome = await write_at_once(conn, changes)
+                outcome = await write_at_once(
+                    conn, changes, lease=self._lease if self._publish else timedelta(0))
         except (*_TRANSIENT, *CONNECTION_ERRORS) as exc:
             # Unknown whether it committed: the locking path reads the row and, if it did,
             # finds the events applied (duplicates, ignored).
@@ -704,10 +736,11 @@ class SagaStore:
             return None
         if outcome is None:
             return None
-        written, earliest = outcome
+        written, earliest, leased = outcome
         committed = [c for c in changes if c.saga.saga_id in written]
         for saga_id in locked.keys() - written:
             self._states.drop(saga_id)
+        self._published(leased)
         self._remember(committed)
         self._notify_changes(committed)
         self._notify_timers(earliest)
@@ -809,7 +842,8 @@ class SagaStore:
         written = _WRITTEN.get()
         if written is not None:
             written.extend(changes)
-        return await write_changes(conn, changes, refused)
+        return await write_changes(conn, changes, refused, leased=_LEASED.get(),
+                                   lease=self._lease)
 
     async def _start_child(self, conn: asyncpg.Connection, start: ChildStart, now: datetime
                            ) -> Change | Delivery | None:
