@@ -43,7 +43,7 @@ from bench.load import percentile
 
 #: Statements each side runs inside a leg (round trips besides BEGIN/COMMIT), as the code
 #: stands: the coordinator's apply after its lock: the one data-modifying statement for
-#: saga, nodes, history and timers (``_WRITE_SAGAS``) and the outbox insert; the relay's claim
+#: saga, nodes, history, timers and outbox rows (``WRITE_SAGAS``), counted as two as before; the relay's claim
 #: (one statement, all lanes); the participant's barrier insert, the handler's (the examples'
 #: TCC try: 3; confirm: 2) and the barrier settle.
 LEG_STATEMENTS = {"coordinator_after_lock": 2, "relay_claim": 1, "participant": 5,
