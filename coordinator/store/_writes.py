@@ -161,7 +161,7 @@ WRITE_SAGAS: Final = (
     + insert_select(36, only_keys="SELECT id::text FROM saga", lease="$41::interval") + ")"
     + """
 SELECT (SELECT array_agg(id) FROM saga) AS sagas, l.shards, l.ids, l.message_ids
-FROM (SELECT array_agg(shard) AS shards, array_agg(id) AS ids, array_agg(message_id)
+FROM (SELECT array_agg(shard::int) AS shards, array_agg(id) AS ids, array_agg(message_id)
           AS message_ids
       FROM outbox WHERE leased) AS l
 """

@@ -64,7 +64,13 @@ from coordinator.store.errors import (
     UnknownSagaType,
     UnknownSagaVersion,
 )
-from coordinator.store.nodes import StateCache, dumps, load_states, spine_json
+from coordinator.store.nodes import (
+    StateCache,
+    dumps,
+    load_states,
+    spine_json,
+    state_from_rows,
+)
 from coordinator.store.records import (
     ApplyOutcome,
     ApplyResult,
@@ -660,21 +666,18 @@ class SagaStore:
         """
         if not events and not dead_letters:
             return []
-        # The events of sagas whose state this process wrote last go first, in one statement;
-        # the others (and those whose row had moved on) the locking way, with the dead letters.
-        fast = [i for i, e in enumerate(events) if self._states.latest(e.saga_id) is not None]
-        done = await self._apply_cached([events[i] for i in fast]) if fast else None
+        # Each saga's events go through one statement written against its last known state
+        # (cached, or read without a lock) where they can; the rest, and those of sagas moved
+        # on meanwhile, the locking way, with the dead letters.
+        done = await self._apply_cached(events)
         if done is None:
             return await self._apply_many_locked(events, dead_letters)
-        results: list[ApplyResult | None] = [None] * len(events)
-        for index, result in zip(fast, done, strict=True):
-            results[index] = result
-        rest = [i for i, r in enumerate(results) if r is None]
+        rest = [i for i, r in enumerate(done) if r is None]
         if rest or dead_letters:
             late = await self._apply_many_locked([events[i] for i in rest], dead_letters)
             for index, result in zip(rest, late, strict=True):
-                results[index] = result
-        return results  # type: ignore[return-value]
+                done[index] = result
+        return done  # type: ignore[return-value]
 
     async def _apply_many_locked(self, events: Sequence[PendingEvent],
                                  dead_letters: Sequence[DeadLetter]) -> list[ApplyResult]:
@@ -699,34 +702,48 @@ class SagaStore:
 
     async def _apply_cached(self, events: Sequence[PendingEvent]
                             ) -> list[ApplyResult | None] | None:
-        """Apply ``events`` to the states this process last wrote, without a lock: decide,
-        then write each saga's change in ONE autocommitted statement that writes it only if
-        the saga's row is still at the history seq the state was cached at (compare and set,
-        see ``WRITE_SAGAS``). One round trip instead of BEGIN, lock, write, outbox, COMMIT.
+        """Apply ``events`` without a lock: decide on each saga's last known state (the one
+        this process wrote, cached; else read in one query, unlocked), then write every saga's
+        changes in ONE autocommitted statement that writes a saga only if its row is still at
+        the history seq that state was read at (compare and set, see ``WRITE_SAGAS``). One
+        round trip (two for sagas not cached) instead of BEGIN, lock, load, write, COMMIT.
 
-        Returns the results, ``None`` for the events of sagas whose row had moved on (another
-        replica changed them: nothing of theirs was written); or ``None`` when the batch is not
-        for this path (a saga not cached, an event refused, a decision that needs more than
-        the one statement, a database error): the caller applies it the locking way.
+        Returns a result per event, ``None`` for the events of sagas not found or whose row
+        had moved on (another replica changed them: nothing of theirs was written); or
+        ``None`` when the batch is not for this path (an event refused, a decision that needs
+        more than the one statement, a database error): the caller applies those the locking
+        way.
         """
         locked: dict[UUID, LockedSaga] = {}
+        missing: dict[UUID, None] = {}
         for pending in events:
-            if pending.saga_id in locked:
+            if pending.saga_id in locked or pending.saga_id in missing:
                 continue
             entry = self._states.latest(pending.saga_id)
             if entry is None:
-                return None
+                missing[pending.saga_id] = None
+                continue
             seq, state, trace_context = entry
             locked[pending.saga_id] = LockedSaga(
                 saga_id=pending.saga_id, saga_type=state.saga_type, version=state.version,
                 trace_context=dict(trace_context), history_seq=seq, base=state)
-        now = self._clock()
-        results, changes, letters, deferred = self._decide(locked, events, now)
-        if (letters or deferred or len(changes) != len(events)
-                or any(c.decision.children for c in changes)):
-            return None
         try:
             async with self.pool.acquire() as conn:
+                if missing:
+                    for row in await conn.fetch(_READ_SAGAS, list(missing)):
+                        saga = LockedSaga.from_row(row)
+                        saga.base = state_from_rows(row["snapshot"], row["input"],
+                                                    row["steps"])
+                        locked[saga.saga_id] = saga
+                mine = [i for i, e in enumerate(events) if e.saga_id in locked]
+                if not mine:
+                    return None
+                now = self._clock()
+                results, changes, letters, deferred = self._decide(
+                    locked, [events[i] for i in mine], now)
+                if (letters or deferred or len(changes) != len(mine)
+                        or any(c.decision.children for c in changes)):
+                    return None
                 outcome = await write_at_once(
                     conn, changes, lease=self._lease if self._publish else timedelta(0))
         except (*_TRANSIENT, *CONNECTION_ERRORS) as exc:
@@ -744,7 +761,11 @@ class SagaStore:
         self._remember(committed)
         self._notify_changes(committed)
         self._notify_timers(earliest)
-        return [r if r.saga_id in written else None for r in results]
+        done: list[ApplyResult | None] = [None] * len(events)
+        for index, result in zip(mine, results, strict=True):
+            if result.saga_id in written:
+                done[index] = result
+        return done
 
     async def _apply_locked(
         self,
@@ -1037,6 +1058,17 @@ class SagaStore:
     def _definition_for(self, saga_type: str, version: int) -> CompiledSaga:
         return self.definition(saga_type, version)
 
+
+#: What the locking path reads under its lock (``LOCK_SAGAS``, ``load_states``), in one
+#: query and without a lock, for a write that checks the history seq itself.
+_READ_SAGAS: Final = """
+SELECT s.id, s.saga_type, s.saga_version, s.trace_context, s.history_seq, s.snapshot, s.input,
+       coalesce((
+    SELECT '{' || string_agg(to_json(n.key)::text || ':' || n.state::text, ',' ORDER BY n.ordinal)
+           || '}'
+    FROM saga_nodes n WHERE n.saga_id = s.id), '{}') AS steps
+FROM sagas s WHERE s.id = ANY($1::uuid[])
+"""
 
 _INSERT_SAGA: Final = """
 INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input, input_hash,

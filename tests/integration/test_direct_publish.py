@@ -208,7 +208,7 @@ async def _leased(store: SagaStore, keys: list[str]) -> list[LeasedRow]:
     async with store.transaction() as conn:
         row = await conn.fetchrow(
             "WITH o AS (" + insert_select(1, lease="$6::interval") + ") "
-            "SELECT array_agg(shard) AS shards, array_agg(id) AS ids, "
+            "SELECT array_agg(shard::int) AS shards, array_agg(id) AS ids, "
             "array_agg(message_id) AS message_ids FROM o WHERE leased",
             *args, timedelta(minutes=5))
     handed = leased_rows(row["shards"], row["ids"], row["message_ids"], messages, args[4])

@@ -1,7 +1,8 @@
 # ruff: noqa: F811  (fixtures imported from test_store_support share their names)
 """A reply to a saga whose state this store wrote last is applied in ONE autocommitted
-statement (compare and set on the history seq), and a state another store moved on since is
-never written over: the batch falls back to locking the row."""
+statement (compare and set on the history seq; a saga not cached is read first, unlocked), and
+a state another store moved on since is never written over: its events fall back to locking
+the row."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from coordinator.engine import ReplyReceived
 from coordinator.store import ApplyOutcome, PendingEvent, SagaStore
 from coordinator.store._writes import LOCK_SAGAS, WRITE_SAGAS
+from coordinator.store.store import _READ_SAGAS
 from participant_sdk.pools import create_pool
 from participant_sdk.protocol import CommandEnvelope, Outcome
 from tests.integration.test_store_support import (
@@ -112,12 +114,12 @@ async def test_a_state_moved_on_by_another_store_is_not_written_over(
     assert [(r.saga_id, r.outcome, r.seq) for r in results] == [
         (moved, ApplyOutcome.APPLIED, 3), (foreign, ApplyOutcome.APPLIED, 2),
         (kept, ApplyOutcome.APPLIED, 2)]
-    # The one statement was tried on the two cached sagas and wrote only the one whose row
-    # was still at the cached seq; the moved one and the foreign one were then applied in a
-    # transaction that locked their rows and read their states afresh.
-    assert log.queries[0] == WRITE_SAGAS.strip()
-    locks = [q for q in log.queries[1:] if q == LOCK_SAGAS.strip()]
-    assert len(locks) == 1 and log.queries.count(WRITE_SAGAS.strip()) == 2
+    # The foreign saga's row and state were read (no lock, one query); the one statement
+    # then wrote it and the kept one, and nothing of the moved one, whose cached state was
+    # stale: that one was applied in a transaction that locked its row and read it afresh.
+    assert log.queries[:2] == [_READ_SAGAS.strip(), WRITE_SAGAS.strip()]
+    assert log.queries[2:].count(LOCK_SAGAS.strip()) == 1
+    assert log.queries.count(WRITE_SAGAS.strip()) == 2
     for saga_id, seqs in ((moved, [1, 2, 3]), (kept, [1, 2]), (foreign, [1, 2])):
         assert [h.seq for h in await store.get_history(saga_id)] == seqs
     commands = await outbox_commands(store)
