@@ -147,25 +147,34 @@ class DirectPublisher:
         while True:
             rows = await self._queue.get()
             if self._broken:
-                await self._replace_producer()
-            producer = self._producer
-            assert producer is not None
-            now = time.monotonic()
-            for row in rows:
-                key = row.message.key
-                until = self._stopped_keys.get(key)
-                if until is not None:
-                    if now < until:
-                        self._leave(row, None)
-                        continue
-                    del self._stopped_keys[key]
                 try:
-                    fut = await producer.send(row.message.topic, row.message.payload,
-                                              key=key.encode(), headers=self._headers(row))
-                except Exception as exc:  # a refused row: it stays for a relay
-                    self._leave(row, exc)
+                    await self._replace_producer()
+                except Exception as exc:  # Kafka away: these rows wait for a relay
+                    log.warning("%s: replacing the Kafka producer failed: %r", self._name, exc)
+                    for row in rows:
+                        self._leave(row, None)
                     continue
-                fut.add_done_callback(partial(self._sent, row))
+            await self._send(rows)
+
+    async def _send(self, rows: Sequence[LeasedRow]) -> None:
+        producer = self._producer
+        assert producer is not None
+        now = time.monotonic()
+        for row in rows:
+            key = row.message.key
+            until = self._stopped_keys.get(key)
+            if until is not None:
+                if now < until:
+                    self._leave(row, None)
+                    continue
+                del self._stopped_keys[key]
+            try:
+                fut = await producer.send(row.message.topic, row.message.payload,
+                                          key=key.encode(), headers=self._headers(row))
+            except Exception as exc:  # a refused row: it stays for a relay
+                self._leave(row, exc)
+                continue
+            fut.add_done_callback(partial(self._sent, row))
 
     def _sent(self, row: LeasedRow, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
@@ -204,7 +213,12 @@ class DirectPublisher:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(old.stop(), 5)
         producer = self._factory()
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
         self._producer = producer
         self._broken = False
         log.warning("%s: Kafka producer replaced after a producer state error", self._name)
