@@ -46,8 +46,9 @@ class LatencyConfig:
     idle_settle_s: float = 12.0
     #: Pause before a measurement on the stack that ran the one just before (the interleaving
     #: reverses the order, so the last variant of one measurement is the first of the next):
-    #: without it, that stack's open loop right after its 16-in-flight loop read up to several
-    #: times slower, whichever variant it was (bench/README.md, issue 17, stop 28).
+    #: that stack's open loop right after its 16-in-flight loop read up to several times
+    #: slower, whichever variant it was (bench/README.md, issue 17, stop 28). Every stack's
+    #: databases are also vacuumed before each of its measurements.
     back_to_back_pause_s: float = 5.0
     warmup: float = 2.0
     #: Samples of each bare measurement of the leg floors (``bench/floors.py``).
@@ -209,6 +210,7 @@ async def latency_phase(stacks: dict[str, Stack], config: LatencyConfig, driver_
         ]
         for key, measure in plan:
             for name in order:
+                await stacks[name].vacuum()
                 if name == last and len(order) > 1:
                     await asyncio.sleep(config.back_to_back_pause_s)
                 out[name]["sagas"][saga][key] = await measure(stacks[name])
