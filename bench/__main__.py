@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         latency = LatencyConfig(one_s=1.0, sixteen_s=1.0, open_s=1.0, rates=[20.0],
                                 idle_s=2.0, idle_settle_s=0.5, warmup=0.5,
+                                back_to_back_pause_s=0.2,
                                 floor_samples=10)
     variants = dict(_variant(v) for v in args.variant) or {"this": {}}
     if args.smoke:

@@ -42,10 +42,12 @@ from bench.limits import scratch_pool, scratch_topic
 from bench.load import percentile
 
 #: Statements each side runs inside a leg (round trips besides BEGIN/COMMIT), as the code
-#: stands: the coordinator's apply after its lock: the one data-modifying statement for
-#: saga, nodes, history and timers (``_WRITE_SAGAS``) and the outbox insert; the relay's claim
-#: (one statement, all lanes); the participant's barrier insert, the handler's (the examples'
-#: TCC try: 3; confirm: 2) and the barrier settle.
+#: stood when the floors were introduced (kept, so floors compare across runs): the
+#: coordinator's apply after its lock: its write statement and the outbox insert (since issue
+#: 17's stop 28 one statement, ``WRITE_SAGAS``, often without BEGIN or lock); the relay's
+#: claim (one statement, all lanes; the worker now publishes its own commands); the
+#: participant's barrier insert, the handler's (the examples' TCC try: 3; confirm: 2) and the
+#: barrier settle.
 LEG_STATEMENTS = {"coordinator_after_lock": 2, "relay_claim": 1, "participant": 5,
                   "coordinator_lock": 1}
 

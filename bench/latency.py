@@ -44,6 +44,12 @@ class LatencyConfig:
     rates: list[float] = field(default_factory=lambda: [50.0, 100.0])
     idle_s: float = 60.0
     idle_settle_s: float = 12.0
+    #: Pause before a measurement on the stack that ran the one just before (the interleaving
+    #: reverses the order, so the last variant of one measurement is the first of the next):
+    #: that stack's open loop right after its 16-in-flight loop read up to several times
+    #: slower, whichever variant it was (bench/README.md, issue 17, stop 28). Every stack's
+    #: databases are also vacuumed before each of its measurements.
+    back_to_back_pause_s: float = 5.0
     warmup: float = 2.0
     #: Samples of each bare measurement of the leg floors (``bench/floors.py``).
     floor_samples: int = 200
@@ -190,6 +196,7 @@ async def latency_phase(stacks: dict[str, Stack], config: LatencyConfig, driver_
     in the machine's load hits the variants alike. Then each stack's idle window in turn."""
     out: dict[str, dict[str, Any]] = {name: {"sagas": {}} for name in stacks}
     order = list(stacks)
+    last: str | None = None
     for saga, steps in kinds:
         for name in order:
             out[name]["sagas"][saga] = {"hops": HOPS[saga]}
@@ -203,7 +210,11 @@ async def latency_phase(stacks: dict[str, Stack], config: LatencyConfig, driver_
         ]
         for key, measure in plan:
             for name in order:
+                await stacks[name].vacuum()
+                if name == last and len(order) > 1:
+                    await asyncio.sleep(config.back_to_back_pause_s)
                 out[name]["sagas"][saga][key] = await measure(stacks[name])
+                last = name
             order.reverse()
             if key == "one":
                 # Each leg's floor, with bare clients, right after the sagas it bounds.

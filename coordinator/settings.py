@@ -48,6 +48,11 @@ class CoordinatorSettings(BaseSettings):
     #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are
     #: there, so this only sets how often an idle worker wakes up).
     reply_fetch_timeout: Duration = timedelta(seconds=1)
+    #: Shortest time between two commits of the reply offsets (they are committed in the
+    #: background, after the batch's transaction): the replies of a busy worker cost one
+    #: OffsetCommit round trip per interval, not one per batch. A crash redelivers at most
+    #: what came since the last commit; those replies are ignored as duplicates.
+    reply_commit_interval: Duration = timedelta(milliseconds=100)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.
@@ -66,6 +71,13 @@ class CoordinatorSettings(BaseSettings):
     #: commands at its next poll (up to its poll interval, 5 s, later).
     wake_relays: bool = True
     relay_wake_interval: Duration = timedelta(0)
+    #: The worker publishes the commands of its own commits to Kafka right after each
+    #: commit (its own idempotent producer), then deletes their outbox rows; relays leave
+    #: those rows alone for ``publish_lease`` and send whatever is still there after it (the
+    #: worker crashed, Kafka refused a row). Saves each hop the relay's hint, wake-up and
+    #: claim. Off: every command goes through a relay (and ``wake_relays`` hints them).
+    publish_commands: bool = True
+    publish_lease: Duration = timedelta(seconds=2)
     #: How long stop() lets in-flight batches finish before cancelling them.
     shutdown_grace: Duration = timedelta(seconds=10)
     #: Checkpoint long histories every ``compact_interval`` (0, the default: off). A round
@@ -76,6 +88,13 @@ class CoordinatorSettings(BaseSettings):
     compact_min_events: int = Field(default=100, ge=1)
     compact_batch_size: int = Field(default=1000, ge=1, le=100_000)
     compact_archive: bool = False
+
+    @field_validator("publish_lease")
+    @classmethod
+    def _positive_lease(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("publish_lease must be positive")
+        return value
 
     @field_validator("compact_interval")
     @classmethod

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
         list_dead_letters,
         requeue_dead_letter,
     )
+    from outbox_relay.direct import DirectPublisher
     from outbox_relay.errors import InvalidMessageError, OutboxError, RelayStateError, SchemaError
-    from outbox_relay.message import OutboxMessage, enqueue, notify_relays
+    from outbox_relay.message import LeasedRow, OutboxMessage, enqueue, notify_relays
     from outbox_relay.metrics import RelayMetrics
     from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
     from outbox_relay.schema import DDL, DEFAULT_SHARD_COUNT, NOTIFY_CHANNEL, install
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
 _LAZY = {
     "DDL": "outbox_relay.schema",
     "DEFAULT_SHARD_COUNT": "outbox_relay.schema",
+    "DirectPublisher": "outbox_relay.direct",
     "HEADER_RELAY_EPOCH": "outbox_relay.relay",
     "InvalidMessageError": "outbox_relay.errors",
+    "LeasedRow": "outbox_relay.message",
     "NOTIFY_CHANNEL": "outbox_relay.schema",
     "OutboxDeadLetter": "outbox_relay.dead_letters",
     "OutboxError": "outbox_relay.errors",
@@ -59,7 +62,9 @@ __all__ = [
     "DEFAULT_SHARD_COUNT",
     "HEADER_RELAY_EPOCH",
     "NOTIFY_CHANNEL",
+    "DirectPublisher",
     "InvalidMessageError",
+    "LeasedRow",
     "OutboxDeadLetter",
     "OutboxError",
     "OutboxMessage",

@@ -2,7 +2,9 @@
 
 Order and no-skip: every shard has one owner, rows are deleted only after Kafka acknowledged
 them, and each claim reads the lowest ids still present in each owned shard. There is no id
-cursor, so a transaction that commits late is simply picked up by the next claim.
+cursor, so a transaction that commits late is simply picked up by the next claim. A row whose
+``created_at`` lies ahead is leased to the writer that publishes it itself
+(:class:`~outbox_relay.direct.DirectPublisher`); it is claimed once that time has passed.
 
 Throughput: the owned shards are split into three lanes (shard modulo 3) that take turns. In
 lane i's turn the rows lane i-1 claimed go to the producer while, in the background, lane i's
@@ -55,6 +57,7 @@ FROM unnest($1::smallint[]) AS s(shard)
 CROSS JOIN LATERAL (
     SELECT * FROM sagaflow_outbox o
     WHERE o.shard = s.shard
+      AND o.created_at <= statement_timestamp()
       AND (NOT (SELECT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter))
            OR NOT EXISTS (SELECT 1 FROM sagaflow_outbox_dead_letter d WHERE d.key = o.key))
     ORDER BY o.id
@@ -130,6 +133,36 @@ def producer_config(settings: RelaySettings) -> dict[str, Any]:
         "client_id": settings.relay_id,
         **settings.kafka_security.client_kwargs(),
     }
+
+
+def traced_headers(
+    tracer: trace.Tracer, topic: str, headers: list[tuple[str, bytes]], *,
+    message_id: Any, key: str, shard: int, row_id: int,
+) -> list[tuple[str, bytes]]:
+    """``headers`` with the trace context of a new PRODUCER span ``send <topic>`` that
+    continues the stored one (their ``traceparent``): how a relay or a writer that publishes
+    its own rows continues the saga's trace. Call it only when tracing is configured."""
+    carrier = {k: v.decode() for k, v in headers if k in ("traceparent", "tracestate")}
+    parent = propagate.extract(carrier)
+    with tracer.start_as_current_span(
+        f"send {topic}",
+        context=parent,
+        kind=trace.SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "kafka",
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": topic,
+            "messaging.message.id": str(message_id),
+            "messaging.kafka.message.key": key,
+            "sagaflow.outbox.id": row_id,
+            "sagaflow.outbox.shard": shard,
+        },
+    ):
+        fresh: dict[str, str] = {}
+        propagate.inject(fresh)
+    kept = [(k, v) for k, v in headers if k not in fresh]
+    return kept + [(k, v.encode()) for k, v in fresh.items()]
 
 
 def _new_producer(settings: RelaySettings) -> AIOKafkaProducer:
@@ -722,27 +755,8 @@ class Relay:
         self, topic: str, headers: list[tuple[str, bytes]], row: asyncpg.Record
     ) -> list[tuple[str, bytes]]:
         """Continue the stored trace with a producer span (only when tracing is configured)."""
-        carrier = {k: v.decode() for k, v in headers if k in ("traceparent", "tracestate")}
-        parent = propagate.extract(carrier)
-        with self._tracer.start_as_current_span(
-            f"send {topic}",
-            context=parent,
-            kind=trace.SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": "kafka",
-                "messaging.operation.type": "send",
-                "messaging.operation.name": "send",
-                "messaging.destination.name": topic,
-                "messaging.message.id": str(row["message_id"]),
-                "messaging.kafka.message.key": row["key"],
-                "sagaflow.outbox.id": row["id"],
-                "sagaflow.outbox.shard": row["shard"],
-            },
-        ):
-            fresh: dict[str, str] = {}
-            propagate.inject(fresh)
-        kept = [(k, v) for k, v in headers if k not in fresh]
-        return kept + [(k, v.encode()) for k, v in fresh.items()]
+        return traced_headers(self._tracer, topic, headers, message_id=row["message_id"],
+                              key=row["key"], shard=row["shard"], row_id=row["id"])
 
     async def _send(
         self,

@@ -38,10 +38,13 @@ __all__ = [
 _OUTSIDE_SPINE: Final[set[str]] = {"steps", "input"}
 
 #: The node upsert, for a data-modifying CTE of the writer's one statement (parameters
-#: $12 to $15: :meth:`NodeWrites.upsert_args`).
+#: $12 to $15: :meth:`NodeWrites.upsert_args`); only nodes of the sagas that statement's
+#: ``saga`` CTE wrote.
 UPSERT_NODES: Final = """
 INSERT INTO saga_nodes (saga_id, key, ordinal, state)
 SELECT * FROM unnest($12::uuid[], $13::text[], $14::int[], $15::json[])
+    AS n(saga_id, key, ordinal, state)
+WHERE n.saga_id IN (SELECT id FROM saga)
 ON CONFLICT (saga_id, key) DO UPDATE SET state = EXCLUDED.state
 """
 
@@ -212,7 +215,8 @@ class StateCache:
             raise ValueError(f"state cache size must be >= 0 nodes, got {max_nodes}")
         self._max_nodes = max_nodes
         self._nodes = 0
-        self._entries: OrderedDict[UUID, tuple[int, SagaState]] = OrderedDict()
+        self._entries: OrderedDict[UUID, tuple[int, SagaState, Mapping[str, str]]] = (
+            OrderedDict())
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -225,15 +229,25 @@ class StateCache:
         self._entries.move_to_end(saga_id)
         return entry[1]
 
-    def put(self, saga_id: UUID, seq: int, state: SagaState) -> None:
+    def latest(self, saga_id: UUID) -> tuple[int, SagaState, Mapping[str, str]] | None:
+        """The last state this process wrote for ``saga_id``: its history seq, the state and
+        the saga row's trace context. Another process may have moved the saga since: use it
+        only where the seq is checked when writing."""
+        entry = self._entries.get(saga_id)
+        if entry is not None:
+            self._entries.move_to_end(saga_id)
+        return entry
+
+    def put(self, saga_id: UUID, seq: int, state: SagaState,
+            trace_context: Mapping[str, str] | None = None) -> None:
         self.drop(saga_id)
         size = _size(state)
         if size > self._max_nodes:
             return
-        self._entries[saga_id] = (seq, state)
+        self._entries[saga_id] = (seq, state, trace_context or {})
         self._nodes += size
         while self._nodes > self._max_nodes:
-            _, (_, old) = self._entries.popitem(last=False)
+            _, (_, old, _) = self._entries.popitem(last=False)
             self._nodes -= _size(old)
 
     def drop(self, saga_id: UUID) -> None:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, Self
 from uuid import UUID, uuid4
 
@@ -49,6 +49,7 @@ from coordinator.store._writes import (
     LOCK_SAGAS_SKIP_LOCKED,
     Change,
     LockedSaga,
+    write_at_once,
     write_changes,
     write_deliveries,
 )
@@ -63,7 +64,13 @@ from coordinator.store.errors import (
     UnknownSagaType,
     UnknownSagaVersion,
 )
-from coordinator.store.nodes import StateCache, dumps, load_states, spine_json
+from coordinator.store.nodes import (
+    StateCache,
+    dumps,
+    load_states,
+    spine_json,
+    state_from_rows,
+)
 from coordinator.store.records import (
     ApplyOutcome,
     ApplyResult,
@@ -79,6 +86,7 @@ from coordinator.store.records import (
     VerifyResult,
 )
 from coordinator.store.signals import insert_signals, signal_payload, stored_signals
+from outbox_relay.message import LeasedRow
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.pools import create_pool
 from participant_sdk.protocol import Phase
@@ -97,6 +105,13 @@ ChangeListener = Callable[[Sequence[Change]], None]
 _WRITTEN: contextvars.ContextVar[list[Change] | None] = contextvars.ContextVar(
     "sagaflow_written_changes", default=None
 )
+#: Outbox rows leased to this store's publisher by the attempt running in this task.
+_LEASED: contextvars.ContextVar[list[LeasedRow] | None] = contextvars.ContextVar(
+    "sagaflow_leased_rows", default=None
+)
+#: Called after a commit with the outbox rows it leased to this store (see
+#: :meth:`SagaStore.publish_own_rows`).
+Publish = Callable[[Sequence[LeasedRow]], None]
 
 _TRANSIENT: Final = (
     asyncpg.SerializationError,
@@ -183,6 +198,8 @@ class SagaStore:
         self._timer_listeners: list[TimerListener] = []
         self._change_listeners: list[ChangeListener] = []
         self._closed = False
+        self._publish: Publish | None = None
+        self._lease = timedelta(0)
 
     @classmethod
     async def open(
@@ -236,6 +253,14 @@ class SagaStore:
         """Be told (after commit, once per committed transaction) of the changes written."""
         self._change_listeners.append(listener)
 
+    def publish_own_rows(self, publish: Publish, lease: timedelta) -> None:
+        """Lease the outbox rows of the commands this store writes to ``publish``, which is
+        called right after each commit with them (``outbox_relay.direct``): relays leave
+        them alone for ``lease``, and send what was not published and deleted by then."""
+        if lease <= timedelta(0):
+            raise ValueError("the lease must be positive")
+        self._publish, self._lease = publish, lease
+
     # -- definitions ------------------------------------------------------------------------
 
     def definition(self, saga_type: str, version: int | None = None) -> CompiledSaga:
@@ -266,7 +291,9 @@ class SagaStore:
         delay = 0.01
         for attempt in range(1, _ATTEMPTS + 1):
             written: list[Change] = []
+            leased: list[LeasedRow] | None = [] if self._publish is not None else None
             token = _WRITTEN.set(written)
+            leased_token = _LEASED.set(leased)
             try:
                 async with self.transaction() as conn:
                     value = await work(conn)
@@ -279,10 +306,21 @@ class SagaStore:
                 continue
             finally:
                 _WRITTEN.reset(token)
+                _LEASED.reset(leased_token)
+            self._published(leased)
             self._remember(written)
             self._notify_changes(written)
             return value
         raise AssertionError("unreachable")
+
+    def _published(self, rows: Sequence[LeasedRow] | None) -> None:
+        """Hand the committed rows leased to this store to its publisher (first: the next
+        hop of every saga in them waits for it)."""
+        if rows and self._publish is not None:
+            try:
+                self._publish(rows)
+            except Exception:  # the commit stands: a relay sends them after their lease
+                log.exception("publishing %d committed outbox rows failed", len(rows))
 
     def _remember(self, changes: Sequence[Change]) -> None:
         """Cache the committed states (only after the commit: a rolled-back attempt's state
@@ -292,7 +330,8 @@ class SagaStore:
             if state.status.is_terminal:
                 self._states.drop(change.saga.saga_id)
             else:
-                self._states.put(change.saga.saga_id, change.seq, state)
+                self._states.put(change.saga.saga_id, change.seq, state,
+                                 change.saga.trace_context)
 
     async def _load_bases(self, conn: asyncpg.Connection, locked: Iterable[LockedSaga]
                           ) -> None:
@@ -615,16 +654,35 @@ class SagaStore:
     async def apply_many(
         self, events: Sequence[PendingEvent], *, dead_letters: Sequence[DeadLetter] = ()
     ) -> list[ApplyResult]:
-        """Apply events of many sagas in ONE transaction; results follow ``events`` order.
+        """Apply events of many sagas; results follow ``events`` order.
 
-        Sagas are locked in id order (no deadlock between concurrent batches); several events
-        of one saga are applied in the given order. An event the core refuses, or one for an
+        The events of sagas whose state this process wrote last are applied in ONE statement
+        (see :meth:`_apply_cached`), the rest in ONE transaction that locks their sagas in id
+        order (no deadlock between concurrent batches); all events of a saga go the same way,
+        applied in the given order. An event the core refuses, or one for an
         unknown saga, does not fail the batch: it gets a ``rejected`` / ``not_found`` result
         and its ``dead_letter``, if any, is stored in the same transaction, as are the
         ``dead_letters`` given (records that never became events).
         """
         if not events and not dead_letters:
             return []
+        # Each saga's events go through one statement written against its last known state
+        # (cached, or read without a lock) where they can; the rest, and those of sagas moved
+        # on meanwhile, the locking way, with the dead letters.
+        done = await self._apply_cached(events)
+        if done is None:
+            return await self._apply_many_locked(events, dead_letters)
+        rest = [i for i, r in enumerate(done) if r is None]
+        if rest or dead_letters:
+            late = await self._apply_many_locked([events[i] for i in rest], dead_letters)
+            for index, result in zip(rest, late, strict=True):
+                done[index] = result
+        return done  # type: ignore[return-value]
+
+    async def _apply_many_locked(self, events: Sequence[PendingEvent],
+                                 dead_letters: Sequence[DeadLetter]) -> list[ApplyResult]:
+        """:meth:`apply_many` the locking way: BEGIN, lock the rows, load what is not cached,
+        decide, write, COMMIT."""
 
         async def work(
             conn: asyncpg.Connection,
@@ -642,6 +700,73 @@ class SagaStore:
         self._notify_timers(earliest)
         return results  # type: ignore[no-any-return]
 
+    async def _apply_cached(self, events: Sequence[PendingEvent]
+                            ) -> list[ApplyResult | None] | None:
+        """Apply ``events`` without a lock: decide on each saga's last known state (the one
+        this process wrote, cached; else read in one query, unlocked), then write every saga's
+        changes in ONE autocommitted statement that writes a saga only if its row is still at
+        the history seq that state was read at (compare and set, see ``WRITE_SAGAS``). One
+        round trip (two for sagas not cached) instead of BEGIN, lock, load, write, COMMIT.
+
+        Returns a result per event, ``None`` for the events of sagas not found or whose row
+        had moved on (another replica changed them: nothing of theirs was written); or
+        ``None`` when the batch is not for this path (an event refused, a decision that needs
+        more than the one statement, a database error): the caller applies those the locking
+        way.
+        """
+        locked: dict[UUID, LockedSaga] = {}
+        missing: dict[UUID, None] = {}
+        for pending in events:
+            if pending.saga_id in locked or pending.saga_id in missing:
+                continue
+            entry = self._states.latest(pending.saga_id)
+            if entry is None:
+                missing[pending.saga_id] = None
+                continue
+            seq, state, trace_context = entry
+            locked[pending.saga_id] = LockedSaga(
+                saga_id=pending.saga_id, saga_type=state.saga_type, version=state.version,
+                trace_context=dict(trace_context), history_seq=seq, base=state)
+        try:
+            async with self.pool.acquire() as conn:
+                if missing:
+                    for row in await conn.fetch(_READ_SAGAS, list(missing)):
+                        saga = LockedSaga.from_row(row)
+                        saga.base = state_from_rows(row["snapshot"], row["input"],
+                                                    row["steps"])
+                        locked[saga.saga_id] = saga
+                mine = [i for i, e in enumerate(events) if e.saga_id in locked]
+                if not mine:
+                    return None
+                now = self._clock()
+                results, changes, letters, deferred = self._decide(
+                    locked, [events[i] for i in mine], now)
+                if (letters or deferred or len(changes) != len(mine)
+                        or any(c.decision.children for c in changes)):
+                    return None
+                outcome = await write_at_once(
+                    conn, changes, lease=self._lease if self._publish else timedelta(0))
+        except (*_TRANSIENT, *CONNECTION_ERRORS) as exc:
+            # Unknown whether it committed: the locking path reads the row and, if it did,
+            # finds the events applied (duplicates, ignored).
+            log.debug("one-statement apply failed (%s); locking instead", exc)
+            return None
+        if outcome is None:
+            return None
+        written, earliest, leased = outcome
+        committed = [c for c in changes if c.saga.saga_id in written]
+        for saga_id in locked.keys() - written:
+            self._states.drop(saga_id)
+        self._published(leased)
+        self._remember(committed)
+        self._notify_changes(committed)
+        self._notify_timers(earliest)
+        done: list[ApplyResult | None] = [None] * len(events)
+        for index, result in zip(mine, results, strict=True):
+            if result.saga_id in written:
+                done[index] = result
+        return done
+
     async def _apply_locked(
         self,
         conn: asyncpg.Connection,
@@ -651,6 +776,26 @@ class SagaStore:
         fired: Sequence[str | None] | None = None,
     ) -> tuple[list[ApplyResult], datetime | None]:
         await self._load_bases(conn, locked.values())
+        results, changes, letters, deferred = self._decide(locked, events, now, fired)
+        earliest = await self._write(conn, changes)
+        for letter in letters:
+            await record_dead_letter(conn, letter)
+        if deferred:
+            log.warning("%d events deferred: their saga's version is not registered here",
+                        len(deferred))
+            await write_deliveries(conn, deferred)
+        return results, earliest
+
+    def _decide(
+        self,
+        locked: dict[UUID, LockedSaga],
+        events: Sequence[PendingEvent],
+        now: datetime,
+        fired: Sequence[str | None] | None = None,
+    ) -> tuple[list[ApplyResult], list[Change], list[DeadLetter],
+               list[tuple[Delivery, datetime]]]:
+        """Run the core on each event in order (no I/O): a result per event, the changes to
+        write, the dead letters of refused events and the deliveries deferred."""
         states: dict[UUID, SagaState] = {}
         results: list[ApplyResult] = []
         changes: list[Change] = []
@@ -694,14 +839,7 @@ class SagaStore:
             )
             changes.append(change)
             results.append(_result(change))
-        earliest = await self._write(conn, changes)
-        for letter in letters:
-            await record_dead_letter(conn, letter)
-        if deferred:
-            log.warning("%d events deferred: their saga's version is not registered here",
-                        len(deferred))
-            await write_deliveries(conn, deferred)
-        return results, earliest
+        return results, changes, letters, deferred
 
     def _definition_of(self, saga: LockedSaga) -> CompiledSaga:
         return self.definition(saga.saga_type, saga.version)
@@ -725,7 +863,8 @@ class SagaStore:
         written = _WRITTEN.get()
         if written is not None:
             written.extend(changes)
-        return await write_changes(conn, changes, refused)
+        return await write_changes(conn, changes, refused, leased=_LEASED.get(),
+                                   lease=self._lease)
 
     async def _start_child(self, conn: asyncpg.Connection, start: ChildStart, now: datetime
                            ) -> Change | Delivery | None:
@@ -919,6 +1058,17 @@ class SagaStore:
     def _definition_for(self, saga_type: str, version: int) -> CompiledSaga:
         return self.definition(saga_type, version)
 
+
+#: What the locking path reads under its lock (``LOCK_SAGAS``, ``load_states``), in one
+#: query and without a lock, for a write that checks the history seq itself.
+_READ_SAGAS: Final = """
+SELECT s.id, s.saga_type, s.saga_version, s.trace_context, s.history_seq, s.snapshot, s.input,
+       coalesce((
+    SELECT '{' || string_agg(to_json(n.key)::text || ':' || n.state::text, ',' ORDER BY n.ordinal)
+           || '}'
+    FROM saga_nodes n WHERE n.saga_id = s.id), '{}') AS steps
+FROM sagas s WHERE s.id = ANY($1::uuid[])
+"""
 
 _INSERT_SAGA: Final = """
 INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input, input_hash,

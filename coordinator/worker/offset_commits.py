@@ -4,7 +4,10 @@ The worker may commit a batch's offsets only after the database transaction that
 committed (then a crash redelivers at most what was not yet committed, and the core ignores
 duplicates). It need not wait for the OffsetCommit round trip before fetching the next batch:
 :meth:`OffsetCommitter.submit` records the offsets and returns, and one task commits the
-latest offset of every partition, coalescing whatever was submitted meanwhile.
+latest offset of every partition, coalescing whatever was submitted meanwhile. With an
+``interval`` it waits that long after each commit, so that busy partitions cost one
+OffsetCommit round trip per interval instead of one per batch (a crash then redelivers up to an
+interval's replies more, which the core ignores as duplicates).
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ log = logging.getLogger(__name__)
 class OffsetCommitter:
     """One background committer per consumer: ``start()``, ``submit()`` …, ``stop()``."""
 
-    def __init__(self, consumer: Any, *, name: str = "worker") -> None:
+    def __init__(self, consumer: Any, *, name: str = "worker", interval: float = 0.0) -> None:
         self._consumer = consumer
         self._name = name
+        self._interval = interval
+        self._stopping = asyncio.Event()
         self._pending: dict[TopicPartition, OffsetAndMetadata] = {}
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
@@ -61,6 +66,7 @@ class OffsetCommitter:
         task, self._task = self._task, None
         if task is None:
             return
+        self._stopping.set()  # what is pending goes out now, not after the interval
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.flush(), grace)
         task.cancel()
@@ -82,3 +88,6 @@ class OffsetCommitter:
                             self._name, exc)
             if not self._pending:
                 self._idle.set()
+            if self._interval and not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self._interval)

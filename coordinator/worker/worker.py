@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
@@ -32,6 +32,7 @@ from coordinator.worker.compaction import CompactionLoop
 from coordinator.worker.offset_commits import OffsetCommitter
 from coordinator.worker.versions import check_live_versions
 from outbox_relay import RelayWaker
+from outbox_relay.direct import DirectPublisher, direct_producer_config
 from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
@@ -75,6 +76,7 @@ class Worker:
         self._started = False
         self._stopped = False
         self._relay_waker: RelayWaker | None = None
+        self._publisher: DirectPublisher | None = None
         #: Metrics and the periodic in-flight/stuck scan (created by start()).
         self.observability: WorkerObservability | None = None
         #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
@@ -120,7 +122,17 @@ class Worker:
                 await self.store.close()
             raise
         self.store.add_timer_listener(self._on_timer_scheduled)
-        self._relay_waker = await start_relay_waker(self.store, s)
+        if s.publish_commands:
+            publisher = DirectPublisher(
+                self.store.pool, lambda: AIOKafkaProducer(**direct_producer_config(
+                    s.kafka_bootstrap, f"sagaflow-{self.name}-commands",
+                    **s.kafka_security.client_kwargs())),
+                lease=s.publish_lease, name=f"{self.name}-commands")
+            await open_with_retry(publisher.start, what="Kafka")
+            self._publisher = publisher
+            self.store.publish_own_rows(publisher.publish, s.publish_lease)
+        else:
+            self._relay_waker = await start_relay_waker(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name,
                                                  live=self._live, ready=self._ready)
         await self.observability.start()
@@ -144,7 +156,8 @@ class Worker:
         )
         await open_with_retry(consumer.start, what="Kafka")
         self._consumer = consumer
-        self._offsets = OffsetCommitter(consumer, name=self.name)
+        self._offsets = OffsetCommitter(
+            consumer, name=self.name, interval=s.reply_commit_interval.total_seconds())
         await self._offsets.start()
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
@@ -180,6 +193,8 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._publisher is not None:
+            await self._publisher.stop()
         if self._offsets is not None:
             await self._offsets.stop()
         if self._consumer is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -182,3 +184,41 @@ def test_startup_retries_only_unavailable_services() -> None:
     assert is_unavailable(KafkaConnectionError())
     assert not is_unavailable(asyncpg.InvalidPasswordError("wrong password"))
     assert not is_unavailable(ValueError("bad dsn"))
+
+
+async def test_local_retries_try_the_set_number_of_times_and_only_transient_failures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from participant_sdk import executor
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(executor.asyncio, "sleep", sleep)
+    retry = participant_sdk.LocalRetry(attempts=4, initial=timedelta(milliseconds=50),
+                                       maximum=timedelta(milliseconds=120))
+    calls = 0
+
+    async def flaky() -> Any:
+        nonlocal calls
+        calls += 1
+        raise asyncpg.exceptions.ConnectionDoesNotExistError("lost")
+
+    with pytest.raises(asyncpg.exceptions.ConnectionDoesNotExistError):
+        await executor._with_retries(retry, flaky)
+    assert calls == 4 and len(slept) == 3
+    # 50 ms, 100 ms, then capped at 120 ms; each with up to 50 ms of jitter under the cap.
+    assert 0.05 <= slept[0] <= 0.1 and 0.1 <= slept[1] <= 0.12 and slept[2] == 0.12
+
+    calls, slept[:] = 0, []
+
+    async def broken() -> Any:
+        nonlocal calls
+        calls += 1
+        raise ValueError("a bug, not a lost connection")
+
+    with pytest.raises(ValueError):
+        await executor._with_retries(retry, broken)
+    assert calls == 1 and slept == []

@@ -100,6 +100,26 @@ async def test_offsets_are_committed_in_the_background_latest_per_partition() ->
         await committer.stop()
 
 
+async def test_with_an_interval_the_batches_of_that_interval_share_one_commit() -> None:
+    consumer = Consumer()
+    committer = OffsetCommitter(consumer, interval=0.2)
+    await committer.start()
+    try:
+        committer.submit({TP0: _at(1)})
+        await asyncio.sleep(0.05)  # committed at once: nothing was committed before
+        assert consumer.commits == [{TP0: 1}]
+        for offset in range(2, 12):  # ten batches in the next interval: one commit
+            committer.submit({TP0: _at(offset), TP1: _at(offset)})
+            await asyncio.sleep(0.005)
+        assert consumer.commits == [{TP0: 1}]
+        await asyncio.wait_for(committer.flush(), 1)
+        assert consumer.commits == [{TP0: 1}, {TP0: 11, TP1: 11}]
+        committer.submit({TP0: _at(12)})
+    finally:
+        await asyncio.wait_for(committer.stop(), 0.1)  # stop does not wait for the interval
+    assert consumer.commits[-1] == {TP0: 12}
+
+
 async def test_a_failed_commit_is_logged_and_the_committer_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
