@@ -24,7 +24,6 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from participant_sdk.folded import FoldedTransaction, literal, uuid_literal
 from participant_sdk.protocol import ErrorInfo, Outcome, Phase
 
 BARRIER_TABLE = "sagaflow_barrier"
@@ -88,21 +87,13 @@ class BarrierStore(Protocol):
 
 
 class PgBarrierStore:
-    """:class:`BarrierStore` on an asyncpg connection inside a transaction.
+    """:class:`BarrierStore` on an asyncpg connection inside a transaction."""
 
-    With a ``folded`` transaction not begun yet, the first insert begins it (BEGIN and the
-    insert in one round trip) and the settle goes out with its COMMIT (see
-    :mod:`participant_sdk.folded`)."""
-
-    def __init__(self, conn: Any, folded: FoldedTransaction | None = None) -> None:
+    def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self._folded = folded
 
     async def insert(self, key: BarrierKey, record: BarrierRecord) -> bool:
-        if self._folded is not None and not self._folded.started:
-            status = await self._folded.begin_with(_insert_literal(key, record))
-            return status.endswith(" 1")
-        plain: str = await self._conn.execute(
+        status: str = await self._conn.execute(
             f"INSERT INTO {BARRIER_TABLE}"  # noqa: S608
             " (saga_id, step, phase, reason, outcome, result, error, message_id)"
             " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8)"
@@ -112,7 +103,7 @@ class PgBarrierStore:
             key.phase.value,
             *_columns(record),
         )
-        return plain.endswith(" 1")
+        return status.endswith(" 1")
 
     async def get(self, key: BarrierKey) -> BarrierRecord | None:
         row = await self._conn.fetchrow(
@@ -133,9 +124,6 @@ class PgBarrierStore:
         )
 
     async def settle(self, key: BarrierKey, record: BarrierRecord) -> None:
-        if self._folded is not None and self._folded.started:
-            self._folded.commit_with(_settle_literal(key, record))
-            return
         await self._conn.execute(
             f"UPDATE {BARRIER_TABLE}"  # noqa: S608
             " SET reason = $4, outcome = $5, result = $6::jsonb, error = $7::jsonb,"
@@ -145,28 +133,6 @@ class PgBarrierStore:
             key.phase.value,
             *_columns(record),
         )
-
-
-def _insert_literal(key: BarrierKey, record: BarrierRecord) -> str:
-    """The insert of :meth:`PgBarrierStore.insert` with its values as literals."""
-    reason, outcome, result, error, message_id = _columns(record)
-    return (f"INSERT INTO {BARRIER_TABLE}"  # noqa: S608 - literals quoted by folded.literal
-            " (saga_id, step, phase, reason, outcome, result, error, message_id) VALUES ("
-            f"{uuid_literal(key.saga_id)}, {literal(key.step)}, {literal(key.phase.value)},"
-            f" {literal(reason)}, {literal(outcome)}, {literal(result)}::jsonb,"
-            f" {literal(error)}::jsonb, {uuid_literal(message_id)})"
-            " ON CONFLICT (saga_id, step, phase) DO NOTHING")
-
-
-def _settle_literal(key: BarrierKey, record: BarrierRecord) -> str:
-    """The update of :meth:`PgBarrierStore.settle` with its values as literals."""
-    reason, outcome, result, error, message_id = _columns(record)
-    return (f"UPDATE {BARRIER_TABLE}"  # noqa: S608 - literals quoted by folded.literal
-            f" SET reason = {literal(reason)}, outcome = {literal(outcome)},"
-            f" result = {literal(result)}::jsonb, error = {literal(error)}::jsonb,"
-            f" message_id = {uuid_literal(message_id)}"
-            f" WHERE saga_id = {uuid_literal(key.saga_id)} AND step = {literal(key.step)}"
-            f" AND phase = {literal(key.phase.value)}")
 
 
 def _columns(record: BarrierRecord) -> tuple[Any, ...]:

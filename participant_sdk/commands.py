@@ -17,7 +17,6 @@ from typing import Any
 from participant_sdk.barrier import PgBarrierStore
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from participant_sdk.executor import CommandTransaction, LocalRetry, execute
-from participant_sdk.folded import FoldedTransaction
 from participant_sdk.handlers import Handler
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.protocol import (
@@ -50,31 +49,11 @@ class OutgoingReply:
 
 
 class PgCommandTransaction:
-    """A :class:`~participant_sdk.executor.CommandTransaction` on an asyncpg connection.
+    """A :class:`~participant_sdk.executor.CommandTransaction` on an asyncpg connection."""
 
-    Built on a connection in a transaction, it runs the barrier's statements there. Opened
-    with :meth:`open` (the processor's way), it begins its own transaction with the barrier's
-    first insert and commits it with the barrier settle: two round trips fewer per command
-    (:mod:`participant_sdk.folded`).
-    """
-
-    def __init__(self, conn: Any, folded: FoldedTransaction | None = None) -> None:
+    def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self._barrier = PgBarrierStore(conn, folded)
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def open(cls, pool: Any) -> AsyncIterator[PgCommandTransaction]:
-        """A connection from ``pool`` and a transaction on it that begins with the barrier's
-        first insert: committed on a clean exit, rolled back on an exception."""
-        async with pool.acquire() as conn:
-            folded = FoldedTransaction(conn)
-            try:
-                yield cls(conn, folded)
-                await folded.commit()
-            except BaseException:
-                await folded.rollback()
-                raise
+        self._barrier = PgBarrierStore(conn)
 
     @property
     def conn(self) -> Any:
@@ -172,5 +151,7 @@ class CommandProcessor:
         if self.metrics is not None:
             self.metrics.dead_letters.labels(self.name).inc()
 
-    def _begin(self) -> contextlib.AbstractAsyncContextManager[CommandTransaction]:
-        return PgCommandTransaction.open(self.pool)
+    @contextlib.asynccontextmanager
+    async def _begin(self) -> AsyncIterator[CommandTransaction]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield PgCommandTransaction(conn)

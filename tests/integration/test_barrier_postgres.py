@@ -38,9 +38,10 @@ def _wallet(pool: Any) -> tuple[Any, ParticipantHarness, Any]:
     """The wallet's handlers, a command builder, and a transaction factory on ``pool``."""
     wallet = Wallet(PgSink())
 
-    def begin() -> contextlib.AbstractAsyncContextManager[PgCommandTransaction]:
-        # As the processor opens it: BEGIN with the first barrier insert, settle with COMMIT.
-        return PgCommandTransaction.open(pool)
+    @contextlib.asynccontextmanager
+    async def begin() -> AsyncIterator[PgCommandTransaction]:
+        async with pool.acquire() as conn, conn.transaction():
+            yield PgCommandTransaction(conn)
 
     return wallet.validate(), ParticipantHarness(wallet), begin
 
