@@ -111,7 +111,9 @@ def _retry(w: Work, event: OperatorRepair) -> None:
         return
     key = _dead_step(w, event)
     spec, step = w.spec(key), w.step(key)
-    if state.stage is Stage.CONFIRM:
+    # By the step's own phase, not the saga's stage: a race's loser whose undo gave up while
+    # the saga confirmed the winners is cancelled again, never confirmed.
+    if state.stage is Stage.CONFIRM and step.phase is StepPhase.CONFIRMING:
         w.update(status=Status.RUNNING, dead_step=None)
         _redrive(w, key, Phase.CONFIRM, event.payload)
         for other, s in w.ordered():  # confirms that gave up while the saga was dead

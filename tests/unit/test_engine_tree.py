@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from coordinator.definition import DefinitionError, Saga, SagaStep, TccStep
 from coordinator.engine import CompiledSaga, InvalidTransition, Status, StepPhase, compile_saga
+from coordinator.engine.events import RepairVerb
 from coordinator.engine.simulate import Simulator
 from coordinator.flow import Choice, ForEach, Parallel, Race
 from participant_sdk.protocol import ErrorKind, Outcome, Phase
@@ -215,6 +216,27 @@ def test_race_quorum_two_of_three_and_failure_once_out_of_reach() -> None:
     ok(run, "z")
     ok(run, "x")
     assert run.sim.current.steps["q"].winners == ["z", "x"]
+
+
+def test_retry_of_a_race_losers_undo_that_gave_up_while_confirming_cancels_it_again() -> None:
+    """A race won at once (its other branch skipped) leaves a tried loser to cancel while the
+    saga confirms; that cancel gives up and the saga is dead at the loser. An operator retry
+    must cancel it again, never confirm it (the random tree test drew this: the retry took
+    the saga's confirm stage for the step's own phase)."""
+    run = new_run(saga(Race("r", (tcc("skipped", when=lambda ctx: False),
+                                  tcc("loser", cancel_retry=FAST)))))
+    sim = run.sim
+    assert sent(sim) == [("loser", "try"), ("loser", "cancel")]
+    while sim.current.status is not Status.DEAD:
+        sim.fire_next()
+    assert sim.current.dead_step == "loser"
+    assert sim.current.steps["loser"].phase is StepPhase.CANCELLING
+    sim.repair(RepairVerb.RETRY)
+    assert sent(sim)[-1] == ("loser", "cancel")
+    drain(run)
+    assert sim.current.status is Status.COMPLETED
+    assert not any(c.phase is Phase.CONFIRM for c in sim.sent)
+    check_invariants(run)
 
 
 def test_a_race_refuses_steps_that_cannot_be_undone() -> None:
