@@ -6,27 +6,47 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+from tests.chaos.support.services import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
+
+
+def run_bench(args: list[str], timeout: float) -> tuple[int, str, str]:
+    """The bench's exit code, stdout and stderr. Past ``timeout`` it gets SIGINT first, so its
+    own clean-up stops the worker and API processes it started in their own sessions."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "bench.long_running", *args], cwd=root,
+                            env=dict(os.environ), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise AssertionError(
+            f"bench.long_running ran past {timeout}s:\n{out}\n{err[-3000:]}") from None
+    return proc.returncode, out, err
 
 
 def test_long_running_bench_fires_every_due_copy_and_measures_signals(
     pg_url: str, kafka_bootstrap: str
 ) -> None:
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.long_running", "--postgres", pg_url,
-         "--kafka", kafka_bootstrap, "--sagas", "800", "--due", "600", "--processes", "2",
-         "--limit", "100", "--signals", "30", "--port", "28771"],
-        cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=110,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    code, out, err = run_bench(
+        ["--postgres", pg_url, "--kafka", kafka_bootstrap, "--sagas", "800", "--due", "600",
+         "--processes", "2", "--limit", "100", "--signals", "30", "--port", str(free_port())],
+        timeout=110)
+    assert code == 0, out[-3000:] + err[-3000:]
     assert "800 sagas (500 started, the rest copied" in out
     assert re.search(r"worker RSS : \d+ MiB with no sagas, \d+ MiB with 800 asleep", out)
     assert "checkpoint : " in out
