@@ -269,7 +269,10 @@ async def main(postgres: str, kafka: str, sagas: int, due: int, signals: int, po
     async with fresh_database(postgres) as url:
         env = {"SAGAFLOW_DSN": url, "SAGAFLOW_KAFKA_BOOTSTRAP": kafka,
                "SAGAFLOW_TOPIC_PREFIX": prefix, "SAGAFLOW_SAGAS": SPECS,
-               "SAGAFLOW_GROUP_ID": f"{prefix}-coordinator"}
+               "SAGAFLOW_GROUP_ID": f"{prefix}-coordinator",
+               # The next command is read from the outbox (its row's created_at is the
+               # moment its change committed): the worker must leave the rows there, unleased.
+               "SAGAFLOW_PUBLISH_COMMANDS": "false"}
         try:
             worker_log = logs / f"{prefix}-worker.log"
             worker = spawn(["-m", "coordinator", "worker"], env, worker_log)
