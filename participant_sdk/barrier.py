@@ -92,16 +92,22 @@ class PgBarrierStore:
 
     With a ``folded`` transaction not begun yet, the first insert begins it (BEGIN and the
     insert in one round trip) and the settle goes out with its COMMIT (see
-    :mod:`participant_sdk.folded`)."""
+    :mod:`participant_sdk.folded`). Only rows without the handler's data are folded: a folded
+    statement carries its values as literals, and a tracer records statements' text, so a
+    row with a result or an error message (other than the barrier's own refusal) is written
+    with bound parameters as before."""
 
     def __init__(self, conn: Any, folded: FoldedTransaction | None = None) -> None:
         self._conn = conn
         self._folded = folded
 
     async def insert(self, key: BarrierKey, record: BarrierRecord) -> bool:
-        if self._folded is not None and not self._folded.started:
-            status = await self._folded.begin_with(_insert_literal(key, record))
-            return status.endswith(" 1")
+        folded = self._folded
+        if folded is not None and not folded.started:
+            if _foldable(record):
+                status = await folded.begin_with(_insert_literal(key, record))
+                return status.endswith(" 1")
+            await folded.begin()
         plain: str = await self._conn.execute(
             f"INSERT INTO {BARRIER_TABLE}"  # noqa: S608
             " (saga_id, step, phase, reason, outcome, result, error, message_id)"
@@ -133,7 +139,7 @@ class PgBarrierStore:
         )
 
     async def settle(self, key: BarrierKey, record: BarrierRecord) -> None:
-        if self._folded is not None and self._folded.started:
+        if self._folded is not None and self._folded.started and _foldable(record):
             self._folded.commit_with(_settle_literal(key, record))
             return
         await self._conn.execute(
@@ -145,6 +151,13 @@ class PgBarrierStore:
             key.phase.value,
             *_columns(record),
         )
+
+
+def _foldable(record: BarrierRecord) -> bool:
+    """Whether ``record`` may travel as literals: it holds no result and no error but the
+    barrier's own refusal (ids, step, phase and outcome are not the handler's data)."""
+    return record.result is None and (record.error is None
+                                       or record.reason is BarrierReason.BLOCKED)
 
 
 def _insert_literal(key: BarrierKey, record: BarrierRecord) -> str:

@@ -5,7 +5,8 @@ Each round trip wakes the participant's Postgres backend; BEGIN wakes it from id
 slowest wake-up of a command (``bench/README.md``, issue 17). Postgres's simple query protocol
 runs several statements sent as one string in one round trip, but takes no parameters, so the
 folded statements carry their values as literals (:func:`literal`, :func:`uuid_literal`); every
-other statement of the transaction, the handler's included, is sent as usual.
+other statement of the transaction, the handler's included, is sent as usual. The caller folds
+only statements whose values may appear in a trace (a tracer records a statement's text).
 
 The transaction is an asyncpg :class:`~asyncpg.transaction.Transaction` registered on the
 connection as if ``Connection.transaction()`` had started it, so a handler's own
@@ -61,6 +62,12 @@ class FoldedTransaction:
     @property
     def started(self) -> bool:
         return self._tx is not None
+
+    async def begin(self) -> None:
+        """BEGIN alone (for a first statement that must bind its parameters)."""
+        tx = self._conn.transaction()
+        await tx.start()
+        self._tx = tx
 
     async def begin_with(self, sql: str) -> str:
         """BEGIN, then ``sql`` (literal values only), in one round trip; its status."""

@@ -43,8 +43,6 @@ async def test_values_round_trip_and_the_transaction_takes_two_round_trips_fewer
     queries: list[str] = []
     pool = await _pool(fresh_db, queries)
     key = BarrierKey(uuid.uuid4(), NASTY, Phase.TRY)
-    result = {"note": NASTY, "n": 1}
-    error = ErrorInfo(kind=ErrorKind.BUSINESS, message=NASTY)
     message_id = uuid.uuid4()
     try:
         queries.clear()
@@ -57,9 +55,8 @@ async def test_values_round_trip_and_the_transaction_takes_two_round_trips_fewer
                     await tx.conn.execute("INSERT INTO effects VALUES ($1, 'undone')",
                                           key.saga_id)
                     raise RuntimeError("undo the savepoint")
-            await tx.barrier.settle(key, BarrierRecord(
-                BarrierReason.HANDLED, Outcome.REJECTED, result=result, error=error,
-                message_id=message_id))
+            await tx.barrier.settle(key, BarrierRecord(BarrierReason.HANDLED, Outcome.OK,
+                                                       message_id=message_id))
         assert queries[0].startswith("BEGIN;INSERT INTO " + BARRIER_TABLE)
         assert queries[-1].startswith(f"UPDATE {BARRIER_TABLE}")
         assert queries[-1].endswith(";COMMIT")
@@ -67,11 +64,39 @@ async def test_values_round_trip_and_the_transaction_takes_two_round_trips_fewer
         async with pool.acquire() as conn:
             row = await conn.fetchrow(f"SELECT * FROM {BARRIER_TABLE}")
             assert (row["saga_id"], row["step"], row["phase"]) == (key.saga_id, NASTY, "try")
-            assert (row["reason"], row["outcome"], row["message_id"]) == (
-                "handled", "rejected", message_id)
-            assert ErrorInfo.model_validate_json(row["error"]) == error
-            assert json.loads(row["result"]) == result
+            assert (row["reason"], row["outcome"], row["message_id"], row["result"]) == (
+                "handled", "ok", message_id, None)
             assert [r["note"] for r in await conn.fetch("SELECT note FROM effects")] == [NASTY]
+    finally:
+        await pool.close()
+
+
+async def test_a_handlers_result_and_error_never_travel_as_literals(fresh_db: str) -> None:
+    """A tracer records statements' text: rows with the handler's data bind their values."""
+    queries: list[str] = []
+    pool = await _pool(fresh_db, queries)
+    secret = "card 4111-1111-1111-1111 " + NASTY
+    result, error = {"note": secret}, ErrorInfo(kind=ErrorKind.BUSINESS, message=secret)
+    try:
+        queries.clear()
+        settled = BarrierKey(uuid.uuid4(), "s", Phase.TRY)
+        async with PgCommandTransaction.open(pool) as tx:  # the pending row folds, not this
+            assert await tx.barrier.insert(settled, BarrierRecord(BarrierReason.HANDLED, None))
+            await tx.barrier.settle(settled, BarrierRecord(
+                BarrierReason.HANDLED, Outcome.REJECTED, result=result, error=error))
+        rejected = BarrierKey(uuid.uuid4(), "s", Phase.TRY)
+        async with PgCommandTransaction.open(pool) as tx:  # a rejection recorded alone
+            assert await tx.barrier.insert(rejected, BarrierRecord(
+                BarrierReason.HANDLED, Outcome.REJECTED, result=result, error=error))
+        assert not [q for q in queries if "4111" in q]
+        assert queries[0].startswith("BEGIN;INSERT")  # the pending row still folds
+        async with pool.acquire() as conn:
+            for key in (settled, rejected):
+                row = await conn.fetchrow(
+                    f"SELECT result, error FROM {BARRIER_TABLE} WHERE saga_id = $1",
+                    key.saga_id)
+                assert json.loads(row["result"]) == result
+                assert ErrorInfo.model_validate_json(row["error"]) == error
     finally:
         await pool.close()
 
