@@ -57,8 +57,8 @@ def _headers(kind: str, *, command: bool) -> dict[str, Any]:
     if command:
         props[RELAY_EPOCH_HEADER] = {
             "type": "string", "pattern": "^[0-9]+\\.[0-9]+$",
-            "description": "'<shard>.<epoch>' of the relay that published it; diagnostics "
-            "only, ignore it.",
+            "description": "'<shard>.<epoch>' of the relay that published it (absent when "
+            "the coordinator worker published the command itself); diagnostics only, ignore it.",
         }
     reader = ("A participant must not depend on headers: the body decides." if command else
               "The coordinator reads only traceparent/tracestate; the body decides.")
