@@ -162,11 +162,12 @@ async def test_a_compensating_saga_is_one_trace_across_every_process(
     assert any(log_["fields"] and any(f["key"] == "event" and f["value"] == "exception"
                                       for f in log_["fields"])
                for log_ in spans[rejected[0]].get("logs", []))
-    # client -> relay -> payments -> coordinator -> relay -> inventory -> coordinator -> relay
-    # -> shipping: each hop continues the previous one.
+    # client -> relay (the first command: the client's start wrote it) -> payments ->
+    # coordinator (its apply, then its send: the worker publishes the commands it commits) ->
+    # inventory -> coordinator (apply, send) -> shipping: each hop continues the previous one.
     assert chain(rejected[0]) == [
-        CLIENT, "sagaflow-relay", "payments", "sagaflow-coordinator", "sagaflow-relay",
-        "inventory", "sagaflow-coordinator", "sagaflow-relay", "shipping",
+        CLIENT, "sagaflow-relay", "payments", "sagaflow-coordinator", "sagaflow-coordinator",
+        "inventory", "sagaflow-coordinator", "sagaflow-coordinator", "shipping",
     ]
     # The rollback (cancels) descends from the coordinator's apply of shipping's rejection.
     for participant in ("payments", "inventory"):
@@ -174,7 +175,8 @@ async def test_a_compensating_saga_is_one_trace_across_every_process(
                       and _tags(s).get("saga.phase") == "cancel")
         path = chain(cancel)
         assert path[:len(chain(rejected[0]))] == chain(rejected[0])
-        assert path[-3:] == ["sagaflow-coordinator", "sagaflow-relay", participant]
+        assert path[-3:] == ["sagaflow-coordinator", "sagaflow-coordinator", participant]
+        assert spans[_parent(spans[cancel])]["operationName"].startswith("send ")
         assert _tags(spans[cancel]).get("error") is not True
     applied = [s for sid, s in spans.items() if service[sid] == "sagaflow-coordinator"
                and s["operationName"] == f"process {prefix}.replies"]
