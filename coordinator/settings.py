@@ -55,8 +55,15 @@ class CoordinatorSettings(BaseSettings):
     reply_commit_interval: Duration = timedelta(milliseconds=100)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
-    #: Longest the timer loop sleeps; bounds how late a timer written by another replica fires.
-    timer_max_idle: Duration = timedelta(seconds=1)
+    #: Longest the timer and schedule loops sleep. Other processes hint the workers about
+    #: timers due sooner and about schedule changes (``timer_hints``), so this bounds only how
+    #: late a timer written by another worker replica (one that died before it fell due)
+    #: fires. While a worker's hint connection is down it sleeps at most 1 s.
+    timer_max_idle: Duration = timedelta(seconds=10)
+    #: Send and LISTEN for the timer hints on ``sagaflow_timers`` (one connection per worker).
+    #: Off behind a transaction-pooling PgBouncer, which drops notifications: then lower
+    #: ``timer_max_idle`` to how late a timer the API wrote may fire (it was 1 s).
+    timer_hints: bool = True
     #: Thresholds of CPython's garbage collector in ``coordinator worker``
     #: (``gc.set_threshold``; JSON, CPython's own are ``[700, 10, 10]``). The default
     #: collects less often: full collections over the state cache cost about 40% of a

@@ -32,7 +32,7 @@ _SEND_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 #: One round trip, one implicit transaction: the hint needs no durability, so its commit does
 #: not wait for a WAL flush. A constant (the simple query protocol allows two statements but
 #: no parameters); the channel is ``NOTIFY_CHANNEL``, which the relay tests listen on.
-_HINT: Final = "SET LOCAL synchronous_commit = off; SELECT pg_notify('sagaflow_outbox', '')"
+HINT: Final = "SET LOCAL synchronous_commit = off; SELECT pg_notify('sagaflow_outbox', '')"
 
 
 class RelayWaker:
@@ -40,14 +40,18 @@ class RelayWaker:
     per ``min_interval`` when that is set).
 
     Sends through ``pool`` (the writers' own pool: a hint holds a connection for one round trip).
+    ``statement`` is the hint, a constant like :data:`HINT` (another channel's, for other
+    listeners: ``coordinator.timer_hints``); never built from input.
     """
 
     def __init__(
-        self, pool: asyncpg.Pool, *, min_interval: timedelta = timedelta(0)
+        self, pool: asyncpg.Pool, *, min_interval: timedelta = timedelta(0),
+        statement: str | None = None,
     ) -> None:
         if min_interval < timedelta(0):
             raise ValueError("min_interval must not be negative")
         self._pool = pool
+        self._statement = statement or HINT
         self._min_interval = min_interval.total_seconds()
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -60,7 +64,7 @@ class RelayWaker:
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="sagaflow-relay-waker")
+            self._task = asyncio.create_task(self._run(), name="sagaflow-waker")
 
     async def stop(self) -> None:
         """Stop the task; a hint still pending is sent first (bounded, best effort)."""
@@ -77,7 +81,7 @@ class RelayWaker:
 
     async def _send(self) -> None:
         async with self._pool.acquire() as conn:
-            await conn.execute(_HINT)
+            await conn.execute(self._statement)
         self.sent += 1
 
     async def _run(self) -> None:

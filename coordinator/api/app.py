@@ -30,6 +30,7 @@ from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
 from coordinator.relay_wake import start_relay_waker
 from coordinator.store import SagaStore
+from coordinator.timer_hints import start_timer_waker
 from participant_sdk.pools import create_pool
 
 if TYPE_CHECKING:
@@ -87,11 +88,13 @@ def create_app(
         if with_runner:
             runner = RepairJobRunner(the_store, lease=settings.api_job_lease,
                                      poll=settings.api_job_poll)
+        waker = await start_relay_waker(the_store, settings)
+        timer_waker = await start_timer_waker(the_store, settings)
         app.state.ctx = Context(
             store=the_store, registry=the_store.registry, clock=clock,
             stuck_policy=ObservabilitySettings().stuck_policy(),
-            wake_jobs=runner.wake if runner is not None else (lambda: None))
-        waker = await start_relay_waker(the_store, settings)
+            wake_jobs=runner.wake if runner is not None else (lambda: None),
+            wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None))
         try:
             if runner is not None:
                 await runner.start()
@@ -101,6 +104,8 @@ def create_app(
                 await runner.stop()
             if waker is not None:
                 await waker.stop()
+            if timer_waker is not None:
+                await timer_waker.stop()
             if own:
                 await the_store.close()
 

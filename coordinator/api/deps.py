@@ -46,6 +46,8 @@ class Context:
     stuck_policy: StuckPolicy
     #: Wakes the bulk-repair runner of this process, if it runs one.
     wake_jobs: Callable[[], None]
+    #: Hints the workers that a schedule changed (``coordinator.timer_hints``), if enabled.
+    wake_workers: Callable[[], None] = lambda: None
 
     def now(self) -> datetime:
         return self.clock()

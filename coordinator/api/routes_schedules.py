@@ -190,6 +190,7 @@ async def create_schedule(body: ScheduleDefinition, ctx: Ctx, who: Operator,
     with _schedule_errors():
         async with ctx.store.pool.acquire() as conn:
             state = await repo.insert(conn, body, now=ctx.now(), actor=who.name)
+    ctx.wake_workers()
     audit.info("schedule create id=%s type=%s by=%s", body.id, body.saga_type, who.name)
     response.headers["Location"] = f"/schedules/{body.id}"
     return _out(state)
@@ -279,6 +280,7 @@ async def update_schedule(schedule_id: ScheduleId, body: ScheduleDefinition, ctx
     with _schedule_errors():
         async with ctx.store.pool.acquire() as conn, conn.transaction():
             state = await repo.update(conn, body, now=ctx.now(), actor=who.name)
+    ctx.wake_workers()
     audit.info("schedule update id=%s by=%s", schedule_id, who.name)
     return _out(state)
 
@@ -300,6 +302,7 @@ async def _set_paused(ctx: Context, schedule_id: str, paused: bool, who: Princip
         async with ctx.store.pool.acquire() as conn, conn.transaction():
             state = await repo.set_paused(conn, schedule_id, paused, now=ctx.now(),
                                           actor=who.name, note=f"{verb} by {who.name}: {reason}")
+    ctx.wake_workers()
     audit.info("schedule %s id=%s by=%s reason=%r", verb, schedule_id, who.name, reason)
     return _out(state)
 

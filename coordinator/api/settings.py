@@ -30,5 +30,6 @@ class ApiSettings(CoordinatorSettings):
     api_run_jobs: bool = True
     #: How long a runner owns a claimed job without renewing its lease.
     api_job_lease: Duration = timedelta(seconds=30)
-    #: How often the runner looks for unfinished jobs when nothing woke it.
-    api_job_poll: Duration = timedelta(seconds=2)
+    #: How often the runner looks for jobs nothing woke it for: another replica's (when that
+    #: one runs none) or a stopped runner's after its lease. This process's own start at once.
+    api_job_poll: Duration = timedelta(seconds=5)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
+import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
@@ -28,6 +29,7 @@ from coordinator.settings import CoordinatorSettings
 from coordinator.signal_batch import handle_signal_batch
 from coordinator.signal_wire import signal_topic
 from coordinator.store import SagaStore
+from coordinator.timer_hints import TimerHintListener
 from coordinator.worker.compaction import CompactionLoop
 from coordinator.worker.offset_commits import OffsetCommitter
 from coordinator.worker.versions import check_live_versions
@@ -43,8 +45,8 @@ log = logging.getLogger(__name__)
 
 _MIN_SLEEP = 0.05
 _ERROR_BACKOFF = 1.0
-#: Longest sleep of the schedule loop: a schedule created over the API fires within it.
-_SCHEDULE_MAX_IDLE = 1.0
+#: Longest sleep of the timer and schedule loops while timer hints are not being received.
+_UNHINTED_MAX_IDLE = 1.0
 
 
 class WorkerStateError(RuntimeError):
@@ -72,6 +74,8 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        self._schedules_changed = asyncio.Event()
+        self._hints: TimerHintListener | None = None
         self._sleep_until: datetime | None = None
         self._started = False
         self._stopped = False
@@ -122,6 +126,12 @@ class Worker:
                 await self.store.close()
             raise
         self.store.add_timer_listener(self._on_timer_scheduled)
+        if s.timer_hints:
+            self._hints = TimerHintListener(
+                lambda: asyncpg.connect(s.dsn, server_settings={
+                    "application_name": f"sagaflow-{self.name}-timer-hints"}),
+                self._on_hint, name=self.name)
+            await self._hints.start()
         if s.publish_commands:
             publisher = DirectPublisher(
                 self.store.pool, lambda: AIOKafkaProducer(**direct_producer_config(
@@ -186,6 +196,7 @@ class Worker:
         self._stopped = True
         self._stopping.set()
         self._wake.set()
+        self._schedules_changed.set()
         if self._tasks:
             _, pending = await asyncio.wait(
                 self._tasks, timeout=self.settings.shutdown_grace.total_seconds()
@@ -201,6 +212,8 @@ class Worker:
             await self._consumer.stop()
         if self._relay_waker is not None:
             await self._relay_waker.stop()
+        if self._hints is not None:
+            await self._hints.stop()
         if self.compaction is not None:
             await self.compaction.stop()
         if self.observability is not None:
@@ -296,18 +309,32 @@ class Worker:
         if self._sleep_until is None or due_at < self._sleep_until:
             self._wake.set()
 
+    def _on_hint(self) -> None:
+        """Another process wrote a timer due soon or changed a schedule (or hints were
+        missed while reconnecting): both loops look again."""
+        self._wake.set()
+        self._schedules_changed.set()
+
+    def _max_idle(self) -> float:
+        """How long the loops may sleep: ``timer_max_idle`` while hints arrive, else 1 s."""
+        longest = self.settings.timer_max_idle.total_seconds()
+        if self._hints is None or not self._hints.listening:
+            return min(longest, _UNHINTED_MAX_IDLE)
+        return longest
+
     async def _timer_loop(self) -> None:
         """Fire due timers; idle, one ``min(due_at)`` query per wake-up and nothing else.
 
-        The loop sleeps until the earliest timer is due (at most ``timer_max_idle``: timers
+        The loop sleeps until the earliest timer is due (at most :meth:`_max_idle`: timers
         written by other processes are found within that), or until this process's own store
-        schedules an earlier one. It claims timers only when one is due.
+        schedules an earlier one or another process hints. It claims timers only when one is
+        due.
         """
         limit = self.settings.timer_batch_size
-        max_idle = self.settings.timer_max_idle.total_seconds()
         due = True  # at start, timers may be overdue
         while not self._stopping.is_set():
             fired = 0
+            self._wake.clear()  # before the query: a wake-up during it is not lost
             try:
                 if due:
                     fired = await fire_due_timers(self.store, limit=limit)
@@ -320,6 +347,7 @@ class Worker:
                 await self._pause(_ERROR_BACKOFF)
                 continue
             now = datetime.now(UTC)
+            max_idle = self._max_idle()
             if next_due is None:
                 due, delay = False, max_idle
             elif next_due <= now:
@@ -338,6 +366,7 @@ class Worker:
         assert firer is not None
         limit = self.settings.timer_batch_size
         while not self._stopping.is_set():
+            self._schedules_changed.clear()  # before the query: a hint during it is not lost
             try:
                 report = await fire_due_schedules(firer, limit=limit)
                 if report.schedules >= limit:
@@ -347,15 +376,15 @@ class Worker:
                 log.exception("%s: firing schedules failed", self.name)
                 await self._pause(_ERROR_BACKOFF)
                 continue
-            delay = _SCHEDULE_MAX_IDLE
+            delay = self._max_idle()
             if next_due is not None:
                 wait = (next_due - datetime.now(UTC)).total_seconds()
-                delay = min(max(wait, _MIN_SLEEP), _SCHEDULE_MAX_IDLE)
-            await self._pause(delay)
+                delay = min(max(wait, _MIN_SLEEP), delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._schedules_changed.wait(), delay)
 
     async def _sleep(self, seconds: float) -> None:
         self._sleep_until = datetime.fromtimestamp(datetime.now(UTC).timestamp() + seconds, UTC)
-        self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
         self._sleep_until = None

@@ -61,6 +61,35 @@ async def test_idle_timer_loop_runs_one_query_per_wake_and_fires_when_due() -> N
         await asyncio.wait_for(task, 2)
 
 
+class Hints:
+    listening = True
+
+
+async def test_a_hint_wakes_the_long_sleep_and_without_hints_the_loops_sleep_at_most_1s() -> None:
+    store = TimerStore()
+    worker = Worker(CoordinatorSettings(timer_max_idle=timedelta(seconds=30)), registry=None,
+                    store=store)  # type: ignore[arg-type]
+    assert worker._max_idle() == 1.0  # no hint listener: as before hints existed
+    worker._hints = Hints()  # type: ignore[assignment]
+    assert worker._max_idle() == 30.0
+    task = asyncio.create_task(worker._timer_loop())
+    try:
+        await asyncio.sleep(0.1)
+        assert (store.fire_calls, store.next_calls) == (1, 1)  # now asleep for 30 s
+        store.due.append(datetime.now(UTC))  # written by another process, which hints
+        worker._on_hint()
+        await asyncio.sleep(0.05)
+        assert worker.timers_fired == 1
+        assert worker._schedules_changed.is_set()  # the schedule loop looks again too
+        Hints.listening = False
+        assert worker._max_idle() == 1.0  # the hint connection is down
+    finally:
+        Hints.listening = True
+        worker._stopping.set()
+        worker._wake.set()
+        await asyncio.wait_for(task, 2)
+
+
 class Consumer:
     def __init__(self, fail: int = 0) -> None:
         self.commits: list[dict[TopicPartition, int]] = []
