@@ -109,6 +109,7 @@ async def idle_stack(stack: Stack, seconds: float, settle: float = 12.0) -> dict
 
     async def snap() -> dict[str, Any]:
         return {"t": time.monotonic(), "xacts": await stack.transactions(),
+                "round_trips": await stack.round_trips(),
                 "cpu": stack.cpu(), "wakeups": stack.wakeups(),
                 "backends": await stack.backend_cpu()}
 
@@ -117,10 +118,16 @@ async def idle_stack(stack: Stack, seconds: float, settle: float = 12.0) -> dict
     b = await snap()
     dt = b["t"] - a["t"]
     xacts = {k: (b["xacts"][k] - a["xacts"][k]) / dt for k in a["xacts"]}
+    trips = None
+    if a["round_trips"] is not None and b["round_trips"] is not None:
+        trips = {k: (b["round_trips"][k] - a["round_trips"][k]) / dt for k in a["round_trips"]}
     return {
         "window_s": dt,
         "db_transactions_per_s": xacts,
         "db_transactions_per_s_total": sum(xacts.values()),
+        # Every statement, BEGIN and COMMIT included (None without pg_stat_statements).
+        "db_round_trips_per_s": trips,
+        "db_round_trips_per_s_total": None if trips is None else sum(trips.values()),
         "cpu_ms_per_s": {k: (b["cpu"][k] - a["cpu"].get(k, 0.0)) * 1000 / dt for k in b["cpu"]},
         "postgres_backends_cpu_ms_per_s": sum(
             v - a["backends"].get(pid, 0.0) for pid, v in b["backends"].items()) * 1000 / dt,
@@ -248,6 +255,9 @@ def latency_targets(run: dict[str, Any]) -> dict[str, bool]:
            "sixteen_ge_200_per_s": tcc["sixteen"]["rate"] >= 200,
            "cpu_per_saga_le_6ms": tcc["sixteen"]["stack_cpu_ms_per_saga"] <= 6,
            "idle_lt_5_db_txn_per_s": run["idle"]["db_transactions_per_s_total"] < 5}
+    trips = run["idle"].get("db_round_trips_per_s_total")
+    if trips is not None:
+        out["idle_lt_5_db_round_trips_per_s"] = trips < 5
     if "open_50" in tcc:
         lat = tcc["open_50"]["latency_ms"]
         out["open50_p50_le_25ms"] = lat["p50"] <= 25

@@ -151,6 +151,10 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
             lambda r, s=saga: "{:.1f} / {:.1f}".format(
                 r["sagas"][s]["one"]["load_average"][0],
                 r["sagas"][s]["sixteen"]["load_average"][0]))
+    add("idle stack: database round trips/s (every statement, all databases)",
+        lambda r: "n/a (pg_stat_statements not loaded)"
+        if r["idle"].get("db_round_trips_per_s_total") is None
+        else f"{r['idle']['db_round_trips_per_s_total']:.2f}")
     add("idle stack: database transactions/s (all databases)",
         lambda r: f"{r['idle']['db_transactions_per_s_total']:.2f}")
     add("idle stack: transactions/s per database", lambda r: ", ".join(

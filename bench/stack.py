@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,12 @@ _TICK = os.sysconf("SC_CLK_TCK")
 #: The participant processes: ``python -m bench.participants NAME`` (the example services
 #: plus the bench sagas' extra actions).
 PARTICIPANT_MODULES = ("payments", "inventory", "shipping")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def dsn_for(base: str, database: str) -> str:
@@ -98,6 +105,8 @@ class Stack:
     label: str
     coordinators: int = 1
     relays: int = 1
+    #: Run the operator API too (idle, it is part of the stack's quiet figure).
+    api: bool = True
     participants: tuple[str, ...] = ("payments", "inventory", "shipping")
     profile_dir: Path | None = None
     #: Checkout whose code the stack's processes run (default: this one). The bench's own
@@ -157,6 +166,7 @@ class Stack:
             await migrate(conn)
         finally:
             await conn.close()
+        await self._count_statements()
         kafka_admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka)
         await kafka_admin.start()
         try:
@@ -181,6 +191,12 @@ class Stack:
                          "SAGAFLOW_RELAY_KAFKA_BOOTSTRAP": self.kafka,
                          "SAGAFLOW_RELAY_RELAY_ID": f"bench-relay{i + 1}",
                          "SAGAFLOW_LOG_LEVEL": "WARNING"}))
+        if self.api:
+            out.append(("api", ["-m", "coordinator", "api"],
+                        {**common, "SAGAFLOW_DSN": self.coordinator_dsn,
+                         "SAGAFLOW_SAGAS": ",".join(self.sagas),
+                         "SAGAFLOW_API_PORT": str(_free_port()),
+                         "SAGAFLOW_API_TOKENS": f"bench:operator:{uuid.uuid4().hex}"}))
         for p in self.participants:
             out.append((p, ["-m", "bench.participants", p],
                         {**common, "SAGAFLOW_PARTICIPANT_DSN": self.participant_dsns[p]}))
@@ -274,6 +290,36 @@ class Stack:
             rows = await conn.fetch(
                 "SELECT datname, xact_commit + xact_rollback AS n FROM pg_stat_database"
                 " WHERE datname = ANY($1)", list(names.values()))
+        finally:
+            await conn.close()
+        by_name = {r["datname"]: int(r["n"]) for r in rows}
+        return {role: by_name.get(db, 0) for role, db in names.items()}
+
+    async def _count_statements(self) -> None:
+        """Have pg_stat_statements count this stack's statements (devstack loads it with
+        tracking off); on a server without it :meth:`round_trips` returns None."""
+        admin = await asyncpg.connect(self.admin_dsn)
+        try:
+            with contextlib.suppress(asyncpg.PostgresError):
+                await admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                for name in self.databases.values():
+                    await admin.execute(
+                        f'ALTER DATABASE "{name}" SET pg_stat_statements.track = top')
+        finally:
+            await admin.close()
+
+    async def round_trips(self) -> dict[str, int] | None:
+        """Statements executed so far per role (BEGIN and COMMIT included: each is a round
+        trip), from pg_stat_statements; None when the server does not load it."""
+        names = self.databases
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT d.datname, sum(s.calls)::bigint AS n FROM pg_stat_statements s"
+                " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = ANY($1)"
+                " GROUP BY d.datname", list(names.values()))
+        except asyncpg.PostgresError:
+            return None
         finally:
             await conn.close()
         by_name = {r["datname"]: int(r["n"]) for r in rows}

@@ -23,6 +23,15 @@ SETTINGS = {"max_connections": "300", "shared_buffers": "1GB", "max_wal_size": "
             "checkpoint_timeout": "15min"}
 
 
+
+def statement_counting() -> dict[str, str]:
+    """pg_stat_statements loaded but tracking nothing, when the server has it: the bench turns
+    it on for its own databases to count an idle stack's round trips (``bench/latency.py``)."""
+    if not (find_bindir().parent / "lib" / "pg_stat_statements.so").exists():
+        return {}
+    return {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "none"}
+
+
 def find_bindir() -> Path:
     """Directory holding initdb and pg_ctl: $SAGAFLOW_PG_BINDIR, pg_config, Debian, pgserver."""
     candidates: list[Path] = []
@@ -144,7 +153,7 @@ class Postgres(Service):
 
     def server_settings(self) -> dict[str, str]:
         """The ``-c`` settings the server starts with (the HA pair adds replication's)."""
-        return dict(SETTINGS)
+        return {**SETTINGS, **statement_counting()}
 
     def start(self) -> None:
         options = " ".join(
