@@ -78,11 +78,12 @@ class CoordinatorSettings(BaseSettings):
     #: commands at its next poll (up to its poll interval, 5 s, later).
     wake_relays: bool = True
     relay_wake_interval: Duration = timedelta(0)
-    #: The worker publishes the commands of its own commits to Kafka right after each
-    #: commit (its own idempotent producer), then deletes their outbox rows; relays leave
-    #: those rows alone for ``publish_lease`` and send whatever is still there after it (the
-    #: worker crashed, Kafka refused a row). Saves each hop the relay's hint, wake-up and
-    #: claim. Off: every command goes through a relay (and ``wake_relays`` hints them).
+    #: The worker and the API publish the commands of their own commits to Kafka right after
+    #: each commit (their own idempotent producer), then delete their outbox rows; relays
+    #: leave those rows alone for ``publish_lease`` and send whatever is still there after it
+    #: (the process crashed, Kafka refused a row, the API's producer was not connected yet).
+    #: Saves each hop the relay's hint, wake-up and claim. Off: every command goes through a
+    #: relay (and ``wake_relays`` hints them).
     publish_commands: bool = True
     publish_lease: Duration = timedelta(seconds=2)
     #: How long stop() lets in-flight batches finish before cancelling them.

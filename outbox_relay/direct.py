@@ -35,6 +35,7 @@ from opentelemetry import trace
 from outbox_relay.message import LeasedRow
 from outbox_relay.relay import _PRODUCER_FAULTS, traced_headers
 from participant_sdk.protocol import HEADER_MESSAGE_ID
+from participant_sdk.startup import started
 
 __all__ = ["DirectPublisher", "LeasedRow", "direct_producer_config"]
 
@@ -96,15 +97,19 @@ class DirectPublisher:
     async def start(self) -> None:
         if self._tasks:
             raise RuntimeError("DirectPublisher.start() called twice")
-        producer = self._factory()
-        await producer.start()
-        self._producer = producer
+        self._producer = await started(self._factory())
         self._tasks = [asyncio.create_task(self._send_loop(), name=f"{self._name}-send"),
                        asyncio.create_task(self._delete_loop(), name=f"{self._name}-delete")]
 
     def publish(self, rows: Sequence[LeasedRow]) -> None:
-        """Send ``rows`` (committed) soon, in this order; returns at once."""
+        """Send ``rows`` (committed) soon, in this order; returns at once. Before
+        :meth:`start` succeeded (or after :meth:`stop`) they are left to the relays."""
         if not rows:
+            return
+        if not self._tasks:
+            self._pending += len(rows)
+            for row in rows:
+                self._leave(row, None)
             return
         self._pending += len(rows)
         self._idle.clear()

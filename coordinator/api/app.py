@@ -26,9 +26,9 @@ from coordinator.api.routes_signals import router as signals_router
 from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.routes_versions import router as versions_router
 from coordinator.api.settings import ApiSettings
+from coordinator.command_publishing import start_command_publishing
 from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
-from coordinator.relay_wake import start_relay_waker
 from coordinator.store import SagaStore
 from coordinator.timer_hints import start_timer_waker
 from participant_sdk.pools import create_pool
@@ -88,7 +88,10 @@ def create_app(
         if with_runner:
             runner = RepairJobRunner(the_store, lease=settings.api_job_lease,
                                      poll=settings.api_job_poll)
-        waker = await start_relay_waker(the_store, settings)
+        # A passed store is the caller's: its commits only hint the relays.
+        publishing = await start_command_publishing(
+            the_store, settings, name="api", wait_for_kafka=False, direct=own)
+        app.state.publishing = publishing
         timer_waker = await start_timer_waker(the_store, settings)
         app.state.ctx = Context(
             store=the_store, registry=the_store.registry, clock=clock,
@@ -102,8 +105,7 @@ def create_app(
         finally:
             if runner is not None:
                 await runner.stop()
-            if waker is not None:
-                await waker.stop()
+            await publishing.stop()
             if timer_waker is not None:
                 await timer_waker.stop()
             if own:

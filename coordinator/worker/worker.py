@@ -16,13 +16,13 @@ from types import TracebackType
 from typing import Any, Self
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from coordinator.command_publishing import CommandPublishing, start_command_publishing
 from coordinator.migrations import migrate
 from coordinator.observability.scan import WorkerObservability
-from coordinator.relay_wake import start_relay_waker
 from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
@@ -33,8 +33,6 @@ from coordinator.timer_hints import TimerHintListener
 from coordinator.worker.compaction import CompactionLoop
 from coordinator.worker.offset_commits import OffsetCommitter
 from coordinator.worker.versions import check_live_versions
-from outbox_relay import RelayWaker
-from outbox_relay.direct import DirectPublisher, direct_producer_config
 from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
@@ -79,8 +77,7 @@ class Worker:
         self._sleep_until: datetime | None = None
         self._started = False
         self._stopped = False
-        self._relay_waker: RelayWaker | None = None
-        self._publisher: DirectPublisher | None = None
+        self._publishing: CommandPublishing | None = None
         #: Metrics and the periodic in-flight/stuck scan (created by start()).
         self.observability: WorkerObservability | None = None
         #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
@@ -132,17 +129,7 @@ class Worker:
                     "application_name": f"sagaflow-{self.name}-timer-hints"}),
                 self._on_hint, name=self.name)
             await self._hints.start()
-        if s.publish_commands:
-            publisher = DirectPublisher(
-                self.store.pool, lambda: AIOKafkaProducer(**direct_producer_config(
-                    s.kafka_bootstrap, f"sagaflow-{self.name}-commands",
-                    **s.kafka_security.client_kwargs())),
-                lease=s.publish_lease, name=f"{self.name}-commands")
-            await open_with_retry(publisher.start, what="Kafka")
-            self._publisher = publisher
-            self.store.publish_own_rows(publisher.publish, s.publish_lease)
-        else:
-            self._relay_waker = await start_relay_waker(self.store, s)
+        self._publishing = await start_command_publishing(self.store, s, name=self.name)
         self.observability = WorkerObservability(self.store, name=self.name,
                                                  live=self._live, ready=self._ready)
         await self.observability.start()
@@ -204,14 +191,12 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._publisher is not None:
-            await self._publisher.stop()
+        if self._publishing is not None:
+            await self._publishing.stop()
         if self._offsets is not None:
             await self._offsets.stop()
         if self._consumer is not None:
             await self._consumer.stop()
-        if self._relay_waker is not None:
-            await self._relay_waker.stop()
         if self._hints is not None:
             await self._hints.stop()
         if self.compaction is not None:

@@ -4,14 +4,19 @@ only take the outbox rows it did not publish, once their lease has passed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker import Worker
@@ -26,6 +31,7 @@ from outbox_relay.message import (
 )
 from outbox_relay.relay import _CLAIM
 from participant_sdk.protocol import HEADER_MESSAGE_ID, command_topic, decode_command, reply_topic
+from tests.integration.test_api_support import OPERATOR, TOKENS
 from tests.integration.test_store_support import make_registry, migrated, verify_all
 from tests.integration.test_worker_support import ScriptedParticipant, create_topics, ok
 
@@ -110,9 +116,11 @@ async def test_the_worker_publishes_its_commands_itself_and_deletes_their_rows(
         sent = sorted((c.saga_id, c.step, c.phase.value) for c in participant.received)
         assert sent == sorted((i, s, p) for i in ids for s in ("reserve", "hold")
                               for p in ("try", "confirm"))
-        assert worker._publisher is not None
-        await worker._publisher.flush()
-        assert worker._publisher.sent == 12 and worker._publisher.left == 0
+        assert worker._publishing is not None
+        publisher = worker._publishing.publisher
+        assert publisher is not None
+        await publisher.flush()
+        assert publisher.sent == 12 and publisher.left == 0
         assert await _outbox(fresh_db) == []  # deleted once Kafka acknowledged them
     finally:
         await worker.stop()
@@ -215,3 +223,47 @@ async def _leased(store: SagaStore, keys: list[str]) -> list[LeasedRow]:
     assert [r.message.key for r in handed] == keys
     assert HEADER_MESSAGE_ID not in handed[0].headers  # the publisher adds it
     return handed
+
+
+@contextlib.asynccontextmanager
+async def _api(dsn: str, bootstrap: str, prefix: str) -> AsyncIterator[tuple[Any, Any]]:
+    """The API on its own store (as ``coordinator api`` runs it) and a client of it."""
+    app = create_app(ApiSettings(dsn=dsn, kafka_bootstrap=bootstrap, topic_prefix=prefix),
+                     registry=make_registry(prefix), auth=TokenAuth.parse(TOKENS),
+                     run_jobs=False)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api",
+            headers={"Authorization": f"Bearer {OPERATOR}"}) as client:
+        yield app, client
+
+
+async def test_the_api_publishes_the_first_command_of_each_saga_it_starts(
+    topics: str, fresh_db: str, kafka_bootstrap: str,
+) -> None:
+    """No relay runs: the first command reaches Kafka because the API published it after the
+    start's commit, and its row is deleted."""
+    async with _api(fresh_db, kafka_bootstrap, topics) as (app, client):
+        publisher = app.state.publishing.publisher
+        deadline = time.monotonic() + 20
+        while not publisher._tasks:  # the producer connects in the background
+            assert time.monotonic() < deadline, "the API's producer never connected"
+            await asyncio.sleep(0.05)
+        started = await client.post("/sagas", json={"type": "tcc_order", "input": INPUT})
+        assert started.status_code == 201, started.text
+        arrived = await _first_command(kafka_bootstrap, command_topic("payments", topics), 10)
+        assert arrived is not None, "the first command never reached Kafka"
+        assert str(decode_command(arrived[1]).saga_id) == started.json()["saga_id"]
+        await publisher.flush()
+        assert (publisher.sent, publisher.left) == (1, 0)
+        assert await _outbox(fresh_db) == []
+
+
+async def test_an_api_without_kafka_serves_and_leaves_its_commands_to_the_relays(
+    topics: str, fresh_db: str,
+) -> None:
+    async with _api(fresh_db, "127.0.0.1:9", topics) as (app, client):
+        started = await client.post("/sagas", json={"type": "tcc_order", "input": INPUT})
+        assert started.status_code == 201, started.text
+        (row,) = await _outbox(fresh_db)
+        assert row["leased"] and row["key"] == started.json()["saga_id"]
+        assert app.state.publishing.publisher.left == 1  # a relay sends it after the lease
