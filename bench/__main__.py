@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="latency phase: idle window (no sagas), seconds")
     p.add_argument("--variant", action="append", default=[], metavar="NAME[:K=V,...]",
                    help="latency phase: one stack per variant, in order; keys: repo=PATH "
-                        "(run that checkout's stack code), uvloop=1, any SAGAFLOW_* setting. "
+                        "(run that checkout's stack code), uvloop=1, driver_publishes=0 "
+                        "(each saga's first command through a relay), any SAGAFLOW_* setting. "
                         "Default: one variant, this checkout")
     p.add_argument("--profile", action="store_true",
                    help="run the end-to-end stack's processes under cProfile (slower)")
@@ -84,8 +85,8 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
             raise SystemExit(f"--variant {text!r}: {item!r} is not KEY=VALUE")
         if key == "repo":
             options["repo"] = Path(value).resolve()
-        elif key == "uvloop":
-            options["uvloop"] = value not in ("0", "false", "")
+        elif key in ("uvloop", "driver_publishes"):
+            options[key] = value not in ("0", "false", "")
         elif key.startswith("SAGAFLOW_"):
             env[key] = value
         else:

@@ -20,7 +20,7 @@ from bench.load import Driver, LoadResult
 from bench.profiles import summarise_profiles
 from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
 from bench.stack import RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
-from coordinator.relay_wake import start_relay_waker
+from coordinator.command_publishing import start_command_publishing
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from coordinator.worker import build_registry
@@ -117,10 +117,13 @@ def _load_json(result: LoadResult) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def _driver(stack: Stack, saga_name: str, steps: int, poll_interval: float = 0.02
                   ) -> AsyncIterator[Driver]:
-    """Starts sagas as the API does: through the store, with the API's relay wake-up hint."""
+    """Starts sagas as the API does: through the store, publishing each saga's first command
+    itself after the commit (or, with ``stack.driver_publishes`` off, hinting the relays)."""
     registry = build_registry(stack.sagas, topic_prefix=stack.prefix)
     store = await SagaStore.open(stack.coordinator_dsn, registry, min_size=2, max_size=10)
-    waker = await start_relay_waker(store, CoordinatorSettings(dsn=stack.coordinator_dsn))
+    publishing = await start_command_publishing(
+        store, CoordinatorSettings(dsn=stack.coordinator_dsn, kafka_bootstrap=stack.kafka),
+        name="bench-driver", direct=stack.driver_publishes)
     conn = await asyncpg.connect(stack.coordinator_dsn)
     driver = Driver(store, conn, saga_name, steps, tag=uuid.uuid4().hex[:6],
                     poll_interval=poll_interval)
@@ -129,8 +132,7 @@ async def _driver(stack: Stack, saga_name: str, steps: int, poll_interval: float
     finally:
         await driver.watcher.stop()
         await conn.close()
-        if waker is not None:
-            await waker.stop()
+        await publishing.stop()
         await store.close()
 
 

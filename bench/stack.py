@@ -107,6 +107,9 @@ class Stack:
     relays: int = 1
     #: Run the operator API too (idle, it is part of the stack's quiet figure).
     api: bool = True
+    #: The bench's driver publishes each saga's first command itself, as the API does
+    #: (off: through a relay, as before the API did).
+    driver_publishes: bool = True
     participants: tuple[str, ...] = ("payments", "inventory", "shipping")
     profile_dir: Path | None = None
     #: Checkout whose code the stack's processes run (default: this one). The bench's own
