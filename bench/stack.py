@@ -285,18 +285,22 @@ class Stack:
     def wakeups(self) -> dict[str, int]:
         return {p.name: context_switches(p.pid) for p in self.procs}
 
-    async def transactions(self) -> dict[str, int]:
-        """pg_stat_database commits + rollbacks per role (read-only ones count too)."""
+    async def _per_role(self, query: str) -> dict[str, int]:
+        """``query`` (rows of database name and count, for the names in ``$1``) per role."""
         names = self.databases
         conn = await asyncpg.connect(self.admin_dsn)
         try:
-            rows = await conn.fetch(
-                "SELECT datname, xact_commit + xact_rollback AS n FROM pg_stat_database"
-                " WHERE datname = ANY($1)", list(names.values()))
+            rows = await conn.fetch(query, list(names.values()))
         finally:
             await conn.close()
-        by_name = {r["datname"]: int(r["n"]) for r in rows}
+        by_name = {r[0]: int(r[1]) for r in rows}
         return {role: by_name.get(db, 0) for role, db in names.items()}
+
+    async def transactions(self) -> dict[str, int]:
+        """pg_stat_database commits + rollbacks per role (read-only ones count too)."""
+        return await self._per_role(
+            "SELECT datname, xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = ANY($1)")
 
     async def _count_statements(self) -> None:
         """Have pg_stat_statements count this stack's statements (devstack loads it with
@@ -314,19 +318,13 @@ class Stack:
     async def round_trips(self) -> dict[str, int] | None:
         """Statements executed so far per role (BEGIN and COMMIT included: each is a round
         trip), from pg_stat_statements; None when the server does not load it."""
-        names = self.databases
-        conn = await asyncpg.connect(self.admin_dsn)
         try:
-            rows = await conn.fetch(
-                "SELECT d.datname, sum(s.calls)::bigint AS n FROM pg_stat_statements s"
+            return await self._per_role(
+                "SELECT d.datname, sum(s.calls)::bigint FROM pg_stat_statements s"
                 " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = ANY($1)"
-                " GROUP BY d.datname", list(names.values()))
+                " GROUP BY d.datname")
         except asyncpg.PostgresError:
             return None
-        finally:
-            await conn.close()
-        by_name = {r["datname"]: int(r["n"]) for r in rows}
-        return {role: by_name.get(db, 0) for role, db in names.items()}
 
     async def vacuum(self) -> None:
         """``VACUUM ANALYZE`` every database of this stack, so that the autovacuum a busy
@@ -340,16 +338,8 @@ class Stack:
 
     async def xacts(self) -> dict[str, int]:
         """pg_stat_database commits per role of this stack's databases."""
-        names = self.databases
-        conn = await asyncpg.connect(self.admin_dsn)
-        try:
-            rows = await conn.fetch(
-                "SELECT datname, xact_commit FROM pg_stat_database WHERE datname = ANY($1)",
-                list(names.values()))
-        finally:
-            await conn.close()
-        by_name = {r["datname"]: int(r["xact_commit"]) for r in rows}
-        return {role: by_name.get(db, 0) for role, db in names.items()}
+        return await self._per_role(
+            "SELECT datname, xact_commit FROM pg_stat_database WHERE datname = ANY($1)")
 
     async def backend_cpu(self, exclude: set[int] | None = None) -> dict[int, float]:
         """CPU seconds of every Postgres backend connected to this stack's databases."""

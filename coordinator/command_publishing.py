@@ -59,11 +59,11 @@ async def start_command_publishing(store: SagaStore, settings: CoordinatorSettin
             settings.kafka_bootstrap, f"sagaflow-{name}-commands",
             **settings.kafka_security.client_kwargs())),
         lease=settings.publish_lease, name=f"{name}-commands")
+    # Rows committed before the producer connected are left to the relays (``publish``).
+    store.publish_own_rows(publisher.publish, settings.publish_lease)
     if wait_for_kafka:
         await open_with_retry(publisher.start, what="Kafka")
-        store.publish_own_rows(publisher.publish, settings.publish_lease)
         return CommandPublishing(publisher, publisher.stop)
-    store.publish_own_rows(publisher.publish, settings.publish_lease)
     connecting = asyncio.create_task(_start_when_reachable(publisher, name),
                                      name=f"{name}-commands-start")
 

@@ -23,7 +23,6 @@ SETTINGS = {"max_connections": "300", "shared_buffers": "1GB", "max_wal_size": "
             "checkpoint_timeout": "15min"}
 
 
-
 def statement_counting() -> dict[str, str]:
     """pg_stat_statements loaded but tracking nothing, when the server has it: the bench turns
     it on for its own databases to count an idle stack's round trips (``bench/latency.py``)."""

@@ -217,14 +217,7 @@ class DirectPublisher:
         if old is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(old.stop(), 5)
-        producer = self._factory()
-        try:
-            await producer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._producer = producer
+        self._producer = await started(self._factory())
         self._broken = False
         log.warning("%s: Kafka producer replaced after a producer state error", self._name)
 
