@@ -65,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[], metavar="NAME[:K=V,...]",
                    help="latency phase: one stack per variant, in order; keys: repo=PATH "
                         "(run that checkout's stack code), uvloop=1, driver_publishes=0 "
-                        "(each saga's first command through a relay), any SAGAFLOW_* setting. "
+                        "(each saga's first command through a relay), pg_socket_dir=PATH "
+                        "(Postgres through its Unix-domain socket in PATH, not TCP), "
+                        "any SAGAFLOW_* setting. "
                         "Default: one variant, this checkout")
     p.add_argument("--profile", action="store_true",
                    help="run the end-to-end stack's processes under cProfile (slower)")
@@ -87,6 +89,8 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
             options["repo"] = Path(value).resolve()
         elif key in ("uvloop", "driver_publishes"):
             options[key] = value not in ("0", "false", "")
+        elif key == "pg_socket_dir":
+            options[key] = str(Path(value).resolve())
         elif key.startswith("SAGAFLOW_"):
             env[key] = value
         else:

@@ -40,6 +40,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.limits import scratch_pool, scratch_topic
 from bench.load import percentile
+from bench.stack import cpu_seconds, listener_pid, main_thread_cpu_seconds
 
 #: Statements each side runs inside a leg (round trips besides BEGIN/COMMIT), as the code
 #: stood when the floors were introduced (kept, so floors compare across runs): the
@@ -69,6 +70,8 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
         commit: list[float] = []
         whole: list[float] = []
         unflushed: list[float] = []
+        backends = await _pool_backends(pool)
+        cpu_before = sum(main_thread_cpu_seconds(pid) for pid in backends)
         for i in range(samples):
             t0 = time.perf_counter()
             async with pool.acquire() as conn:
@@ -90,12 +93,27 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
                 await tx.commit()
                 (unflushed if i % 2 else commit).append((time.perf_counter() - t) * 1000)
             whole.append((time.perf_counter() - t0) * 1000)
+        # Backend CPU per round trip of these bare transactions: BEGIN, the INSERTs,
+        # COMMIT, and every other one the SET LOCAL.
+        round_trips = samples * (statements + 2) + samples // 2
+        spent = sum(main_thread_cpu_seconds(pid) for pid in backends) - cpu_before
+        backend_us = spent * 1e6 / round_trips
         notify = await _notify_latency(pool, samples=min(samples, 100))
     return {"begin_ms": _p50(begin), "statement_ms": _p50(stmt), "commit_ms": _p50(commit),
             "commit_unflushed_ms": _p50(unflushed),
             "statement_p95_ms": percentile(stmt, 95), "commit_p95_ms": percentile(commit, 95),
             "txn_ms": _p50(whole), "statements_per_txn": statements, "notify_ms": notify,
-            "samples": samples}
+            "backend_cpu_us_per_round_trip": backend_us, "samples": samples}
+
+
+async def _pool_backends(pool: asyncpg.Pool) -> list[int]:
+    """The server pids of every connection of ``pool`` (acquired together, so all of them)."""
+    conns = [await pool.acquire() for _ in range(pool.get_size())]
+    try:
+        return [conn.get_server_pid() for conn in conns]
+    finally:
+        for conn in conns:
+            await pool.release(conn)
 
 
 async def _notify_latency(pool: asyncpg.Pool, *, samples: int) -> float:
@@ -163,7 +181,13 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
             raise RuntimeError(f"floor consumer: {line!r}")
         one_way: list[float] = []
         acked: list[float] = []
+        broker = listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+        background = await _idle_cpu_rate(broker) if broker else 0.0
+        warm_up = min(_WARM_UP_PINGS, pings // 2)
         for i in range(pings):
+            if i == warm_up:
+                broker_before, window_start = (cpu_seconds(broker) if broker else 0.0,
+                                               time.monotonic())
             sent = time.time()
             fut = await producer.send(topic, str(i).encode(), key=uuid.uuid4().bytes)
             await fut
@@ -171,6 +195,13 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
             seq, at = (await asyncio.wait_for(child.stdout.readline(), 10)).split()
             assert int(seq) == i
             one_way.append((float(at) - sent) * 1000)
+        # Broker CPU per message produced and fetched once, past the warm-up pings and less
+        # its idle background work over the same time; None when the broker is not local.
+        broker_us = None
+        if broker:
+            spent = (cpu_seconds(broker) - broker_before
+                     - background * (time.monotonic() - window_start))
+            broker_us = max(spent, 0.0) * 1e6 / (pings - warm_up)
     finally:
         await producer.stop()
         if child.returncode is None:
@@ -183,8 +214,20 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
         finally:
             await admin.close()
     return {"one_way_ms": _p50(one_way), "one_way_p95_ms": percentile(one_way, 95),
-            "ack_ms": _p50(acked), "pings": pings,
+            "ack_ms": _p50(acked), "pings": pings, "broker_cpu_us_per_message": broker_us,
             "producer": {k: v for k, v in config.items() if k != "bootstrap_servers"}}
+
+
+#: Pings before the broker's CPU is counted (its JIT and caches warm up on the first ones).
+_WARM_UP_PINGS = 20
+
+
+async def _idle_cpu_rate(pid: int, seconds: float = 1.0) -> float:
+    """CPU seconds per second ``pid`` spends with nothing sent to it (the broker's background
+    threads), to take out of a window of work."""
+    before = cpu_seconds(pid)
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - before) / seconds
 
 
 def leg_floors(pg: dict[str, Any], kafka: dict[str, Any]) -> dict[str, float]:

@@ -25,7 +25,7 @@ import asyncpg
 from bench.breakdown import hop_breakdown
 from bench.floors import measure_floors
 from bench.load import percentile
-from bench.stack import Stack
+from bench.stack import KAFKA_BROKER, Stack
 
 #: Sequential hops of the success path: TCC = 3 tries + the confirms together; saga steps = 3.
 HOPS = {"bench_tcc3": 4, "bench_steps3": 3}
@@ -56,9 +56,10 @@ class LatencyConfig:
 
 
 def _stack_cpu(costs: dict[str, Any]) -> float:
-    """CPU ms per saga of the stack's processes and backends (not the bench driver)."""
+    """CPU ms per saga of the stack's processes and backends (not the bench driver, nor the
+    Kafka broker: reported apart, the earlier figures did not hold it)."""
     return sum(v for k, v in costs["cpu_ms_per_saga"].items()
-               if not k.startswith("bench driver"))
+               if not k.startswith("bench driver") and k != KAFKA_BROKER)
 
 
 async def _closed(stack: Stack, driver_for: Any, saga: str, steps: int, concurrency: int,
@@ -253,7 +254,9 @@ def latency_targets(run: dict[str, Any]) -> dict[str, bool]:
     one = tcc["one"]["latency_ms"]
     out = {"one_p50_le_15ms": one["p50"] <= 15, "one_p99_le_30ms": one["p99"] <= 30,
            "sixteen_ge_200_per_s": tcc["sixteen"]["rate"] >= 200,
-           "cpu_per_saga_le_6ms": tcc["sixteen"]["stack_cpu_ms_per_saga"] <= 6,
+           # "across all processes": the broker too.
+           "cpu_per_saga_le_6ms": tcc["sixteen"]["stack_cpu_ms_per_saga"]
+           + tcc["sixteen"]["costs"]["cpu_ms_per_saga"].get(KAFKA_BROKER, 0.0) <= 6,
            "idle_lt_5_db_txn_per_s": run["idle"]["db_transactions_per_s_total"] < 5}
     trips = run["idle"].get("db_round_trips_per_s_total")
     if trips is not None:

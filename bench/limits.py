@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.load import percentile
 from bench.stack import dsn_for
+from participant_sdk.pools import create_pool
 
 
 async def postgres_write_rate(admin_dsn: str, *, concurrency: int, duration_s: float,
@@ -83,7 +84,8 @@ async def scratch_pool(admin_dsn: str, suffix: str, size: int) -> AsyncIterator[
     admin = await asyncpg.connect(admin_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        pool = await asyncpg.create_pool(dsn_for(admin_dsn, name), min_size=size, max_size=size)
+        # The stack's own pool kind: no reset query on release.
+        pool = await create_pool(dsn_for(admin_dsn, name), min_size=size, max_size=size)
         try:
             yield pool
         finally:

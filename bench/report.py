@@ -6,6 +6,7 @@ from typing import Any
 
 from bench.breakdown import SEGMENTS
 from bench.latency import floor_ms
+from bench.stack import KAFKA_BROKER
 
 
 def _f(value: Any, digits: int = 1) -> str:
@@ -73,7 +74,9 @@ def _floor_parts(floors: dict[str, Any]) -> str:
     k, pg = floors["kafka"], floors["postgres"]
     return (f"{k['one_way_ms']:.2f} / {k['ack_ms']:.2f}; {pg['begin_ms']:.2f} / "
             f"{pg['statement_ms']:.2f} / {pg['commit_ms']:.2f} ({pg['commit_unflushed_ms']:.2f})"
-            f" / {pg['notify_ms']:.2f}"
+            f" / {pg['notify_ms']:.2f}; CPU µs: Postgres backend per round trip "
+            f"{pg.get('backend_cpu_us_per_round_trip', float('nan')):.0f}, Kafka broker per "
+            f"message one at a time {_f(k.get('broker_cpu_us_per_message'), 0)}"
             f" (load {floors['load_average'][0]:.1f})")
 
 
@@ -126,19 +129,31 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
                 f=r["sagas"][s]["leg_floors"]["legs_ms"], **{k: v["p50"] for k, v in r[
                     "sagas"][s]["one"]["hop_breakdown"]["commit_split_ms"].items()}))
         add(f"{label}: floors: Kafka one way / ack; Postgres BEGIN / statement / COMMIT"
-            " (unflushed) / NOTIFY ms", lambda r, s=saga: _floor_parts(r["sagas"][s]["leg_floors"]))
+            " (unflushed) / NOTIFY ms; bare CPU",
+            lambda r, s=saga: _floor_parts(r["sagas"][s]["leg_floors"]))
         add(f"{label}, 1 in flight: one saga's timeline (ms from its start)",
             lambda r, s=saga: r["sagas"][s]["one"]["hop_breakdown"]["timeline"])
         add(f"{label}, 16 in flight: sagas/s",
             lambda r, s=saga: _f(r["sagas"][s]["sixteen"]["rate"]))
         add(f"{label}, 16 in flight: latency p50 / p99 ms",
             lambda r, s=saga: lat(r["sagas"][s]["sixteen"], float("nan")))
-        add(f"{label}, 16 in flight: stack CPU ms per saga (driver apart)",
-            lambda r, s=saga: "{:.2f} (+{:.2f})".format(
+        add(f"{label}, 16 in flight: stack CPU ms per saga (+ Kafka broker) (+ driver)",
+            lambda r, s=saga: "{:.2f} (+{}) (+{:.2f})".format(
                 r["sagas"][s]["sixteen"]["stack_cpu_ms_per_saga"],
+                _f(r["sagas"][s]["sixteen"]["costs"]["cpu_ms_per_saga"].get(
+                    KAFKA_BROKER, float("nan"))),
                 r["sagas"][s]["sixteen"]["costs"]["cpu_ms_per_saga"]["bench driver (API + polls)"]))
+        add(f"{label}, 16 in flight: CPU ms per saga per process",
+            lambda r, s=saga: _per_process(r["sagas"][s]["sixteen"]["costs"]))
         add(f"{label}, 16 in flight: commits per saga",
             lambda r, s=saga: f"{r['sagas'][s]['sixteen']['costs']['pg_xacts_per_saga_total']:.1f}")
+        for which in ("one", "sixteen"):
+            add(f"{label}, {_WHICH[which]}: database round trips per saga, per database",
+                lambda r, s=saga, w=which: _round_trips(r["sagas"][s][w]["costs"]))
+        add(f"{label}, 16 in flight: Postgres backend CPU µs per round trip",
+            lambda r, s=saga: _backend_per_round_trip(r["sagas"][s]["sixteen"]["costs"]))
+        add(f"{label}, 16 in flight: CPU floor ms per saga (round trips x bare backend µs +"
+            " the broker's CPU)", lambda r, s=saga: _cpu_floor(r["sagas"][s]))
         for key in first["sagas"][saga]:
             if key.startswith("open_"):
                 add(f"{label}, open loop {key[5:]}/s: latency p50 / p99 ms (p50 / floor)",
@@ -170,6 +185,37 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
         r["codec"]["pydantic"]["reply_validate_json_us"]
         + r["codec"]["pydantic"]["reply_dump_json_us"]))
     return rows
+
+
+_WHICH = {"one": "1 in flight", "sixteen": "16 in flight"}
+
+
+def _per_process(costs: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in costs["cpu_ms_per_saga"].items() if v >= 0.05)
+
+
+def _round_trips(costs: dict[str, Any]) -> str:
+    trips = costs["pg_round_trips_per_saga"]
+    if not trips:
+        return "n/a (pg_stat_statements not loaded)"
+    return f"{sum(trips.values()):.1f} (" + ", ".join(
+        f"{k} {v:.1f}" for k, v in trips.items()) + ")"
+
+
+def _backend_per_round_trip(costs: dict[str, Any]) -> str:
+    trips = sum(costs["pg_round_trips_per_saga"].values())
+    return f"{costs['cpu_ms_per_saga']['postgres (stack backends)'] * 1000 / trips:.0f}"
+
+
+def _cpu_floor(saga: dict[str, Any]) -> str:
+    """The CPU this saga costs before any of our Python runs: its round trips at what a bare
+    client's cost the server, and the broker's CPU as spent (batched as the stack batches:
+    less per message than one at a time, so the bare figure would overstate it)."""
+    costs, floors = saga["sixteen"]["costs"], saga["leg_floors"]
+    trips = sum(costs["pg_round_trips_per_saga"].values())
+    pg_us = floors["postgres"]["backend_cpu_us_per_round_trip"]
+    broker = costs["cpu_ms_per_saga"].get(KAFKA_BROKER, 0.0)
+    return f"{trips:.1f} x {pg_us:.0f} µs + {broker:.2f} = {trips * pg_us / 1000 + broker:.2f}"
 
 
 def _render_columns(names: list[str], rows: list[tuple[str, list[str]]]) -> str:

@@ -19,7 +19,7 @@ from bench.limits import kafka_round_trip, postgres_write_rate
 from bench.load import Driver, LoadResult
 from bench.profiles import summarise_profiles
 from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
-from bench.stack import RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
+from bench.stack import KAFKA_BROKER, RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
 from coordinator.command_publishing import start_command_publishing
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
@@ -67,8 +67,10 @@ async def _snapshot(stack: Stack, driver: Driver) -> dict[str, Any]:
     return {
         "t": time.monotonic(),
         "xacts": await stack.xacts(),
+        "round_trips": await stack.round_trips(),
         "kafka": await stack.kafka_messages(),
         "cpu": stack.cpu(),
+        "broker_cpu": stack.broker_cpu(),
         "run_delay": stack.run_delay(),
         "backends": await stack.backend_cpu(exclude={driver.watcher.conn.get_server_pid()}),
         "driver_cpu": cpu_seconds(os.getpid()),
@@ -92,6 +94,13 @@ def _costs(stack: Stack, a: dict[str, Any], b: dict[str, Any], sagas: int) -> di
     cpu["postgres (stack backends)"] = sum(
         v - a["backends"].get(pid, 0.0) for pid, v in b["backends"].items())
     cpu["bench driver (API + polls)"] = b["driver_cpu"] - a["driver_cpu"]
+    if b["broker_cpu"] is not None and a["broker_cpu"] is not None:
+        cpu[KAFKA_BROKER] = b["broker_cpu"] - a["broker_cpu"]
+    round_trips: dict[str, float] = {}
+    if a["round_trips"] is not None and b["round_trips"] is not None:
+        round_trips = {role: b["round_trips"][role] - a["round_trips"][role]
+                       for role in a["round_trips"]}
+        round_trips["coordinator"] -= polls  # one statement each
     waits = {k: b["run_delay"][k] - a["run_delay"].get(k, 0.0) for k in b["run_delay"]}
     return {
         "window_s": seconds,
@@ -101,6 +110,8 @@ def _costs(stack: Stack, a: dict[str, Any], b: dict[str, Any], sagas: int) -> di
         "pg_xacts_per_saga": {k: v / n for k, v in xacts.items()},
         "pg_xacts_per_saga_total": sum(xacts.values()) / n,
         "bench_poll_xacts_excluded": polls,
+        # Statements (each a round trip; BEGIN and COMMIT count), from pg_stat_statements.
+        "pg_round_trips_per_saga": {k: v / n for k, v in round_trips.items()},
         "kafka_per_saga": {"commands": commands / n, "replies": msgs.get(replies, 0) / n,
                            "total": (commands + msgs.get(replies, 0)) / n},
         "cpu_ms_per_saga": {k: v * 1000 / n for k, v in cpu.items()},

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -44,8 +45,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def dsn_for(base: str, database: str) -> str:
-    return base.rsplit("/", 1)[0] + "/" + database
+def dsn_for(base: str, database: str, socket_dir: str = "") -> str:
+    """``base`` with its database replaced; with ``socket_dir``, through the server's
+    Unix-domain socket in that folder instead of TCP (same port: it names the socket file)."""
+    url = urlsplit(base)
+    if not socket_dir:
+        return urlunsplit(url._replace(path="/" + database))
+    query = urlencode({"host": socket_dir, "port": url.port or 5432})
+    user = url.netloc.rsplit("@", 1)[0] + "@" if "@" in url.netloc else ""
+    return f"{url.scheme}://{user}/{database}?{query}"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -56,6 +64,15 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = text.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread at nanosecond resolution (/proc/<pid>/schedstat):
+    the whole CPU of a single-threaded process such as a Postgres backend."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def run_delay_seconds(pid: int) -> float:
@@ -74,6 +91,32 @@ def context_switches(pid: int) -> int:
         return 0
     return sum(int(line.split()[1]) for line in text.splitlines()
                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
+
+
+#: The broker's key in the per-saga CPU figures (a process of the stack, shared by variants).
+KAFKA_BROKER = "kafka broker"
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of the local process listening on TCP ``port`` (the Kafka broker), from
+    /proc/net/tcp{,6} and the processes' socket fds; None if it is not visible here."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in targets:
+                        return int(proc.name)
+    return None
 
 
 def proc_status_kb(pid: int, key: str) -> int:
@@ -119,11 +162,15 @@ class Stack:
     env: dict[str, str] = field(default_factory=dict)
     #: Run every process under uvloop (``bench.uvloop_run``).
     uvloop: bool = False
+    #: Connect the stack's processes and the driver to Postgres through its Unix-domain
+    #: socket in this folder instead of loopback TCP (the admin connection stays on TCP).
+    pg_socket_dir: str = ""
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     procs: list[Proc] = field(default_factory=list)
     prefix: str = ""
     coordinator_dsn: str = ""
     participant_dsns: dict[str, str] = field(default_factory=dict)
+    _broker_pid: int | None = None
 
     @property
     def databases(self) -> dict[str, str]:
@@ -160,9 +207,11 @@ class Stack:
                 await admin.execute(f'CREATE DATABASE "{name}"')
         finally:
             await admin.close()
-        self.coordinator_dsn = dsn_for(self.admin_dsn, self.databases["coordinator"])
+        self.coordinator_dsn = dsn_for(
+            self.admin_dsn, self.databases["coordinator"], self.pg_socket_dir)
         self.participant_dsns = {
-            p: dsn_for(self.admin_dsn, self.databases[p]) for p in self.participants
+            p: dsn_for(self.admin_dsn, self.databases[p], self.pg_socket_dir)
+            for p in self.participants
         }
         conn = await asyncpg.connect(self.coordinator_dsn)
         try:
@@ -278,6 +327,14 @@ class Stack:
 
     def cpu(self) -> dict[str, float]:
         return {p.name: cpu_seconds(p.pid) for p in self.procs}
+
+    def broker_cpu(self) -> float | None:
+        """CPU seconds of the Kafka broker this stack uses (shared by the variants, so only
+        a window with one stack at work is its), or None when it is not a local process."""
+        if self._broker_pid is None:
+            port = int(self.kafka.split(",")[0].rsplit(":", 1)[1])
+            self._broker_pid = listener_pid(port) or 0
+        return cpu_seconds(self._broker_pid) if self._broker_pid else None
 
     def run_delay(self) -> dict[str, float]:
         return {p.name: run_delay_seconds(p.pid) for p in self.procs}
