@@ -72,6 +72,7 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
         unflushed: list[float] = []
         backends = await _pool_backends(pool)
         cpu_before = sum(main_thread_cpu_seconds(pid) for pid in backends)
+        client_before = time.thread_time()
         for i in range(samples):
             t0 = time.perf_counter()
             async with pool.acquire() as conn:
@@ -98,12 +99,15 @@ async def postgres_floor(admin_dsn: str, *, samples: int = 200, statements: int 
         round_trips = samples * (statements + 2) + samples // 2
         spent = sum(main_thread_cpu_seconds(pid) for pid in backends) - cpu_before
         backend_us = spent * 1e6 / round_trips
+        # The client's side of them: asyncpg and the event loop, one round trip at a time.
+        client_us = (time.thread_time() - client_before) * 1e6 / round_trips
         notify = await _notify_latency(pool, samples=min(samples, 100))
     return {"begin_ms": _p50(begin), "statement_ms": _p50(stmt), "commit_ms": _p50(commit),
             "commit_unflushed_ms": _p50(unflushed),
             "statement_p95_ms": percentile(stmt, 95), "commit_p95_ms": percentile(commit, 95),
             "txn_ms": _p50(whole), "statements_per_txn": statements, "notify_ms": notify,
-            "backend_cpu_us_per_round_trip": backend_us, "samples": samples}
+            "backend_cpu_us_per_round_trip": backend_us,
+            "client_cpu_us_per_round_trip": client_us, "samples": samples}
 
 
 async def _pool_backends(pool: asyncpg.Pool) -> list[int]:
@@ -188,6 +192,8 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
             if i == warm_up:
                 broker_before, window_start = (cpu_seconds(broker) if broker else 0.0,
                                                time.monotonic())
+                producer_before = time.thread_time()
+                consumer_before = main_thread_cpu_seconds(child.pid)
             sent = time.time()
             fut = await producer.send(topic, str(i).encode(), key=uuid.uuid4().bytes)
             await fut
@@ -197,11 +203,16 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
             one_way.append((float(at) - sent) * 1000)
         # Broker CPU per message produced and fetched once, past the warm-up pings and less
         # its idle background work over the same time; None when the broker is not local.
+        counted = pings - warm_up
+        # The clients' side, one message at a time: aiokafka and the event loop (the
+        # consumer's figure includes printing each arrival).
+        producer_us = (time.thread_time() - producer_before) * 1e6 / counted
+        consumer_us = (main_thread_cpu_seconds(child.pid) - consumer_before) * 1e6 / counted
         broker_us = None
         if broker:
             spent = (cpu_seconds(broker) - broker_before
                      - background * (time.monotonic() - window_start))
-            broker_us = max(spent, 0.0) * 1e6 / (pings - warm_up)
+            broker_us = max(spent, 0.0) * 1e6 / counted
     finally:
         await producer.stop()
         if child.returncode is None:
@@ -215,6 +226,8 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
             await admin.close()
     return {"one_way_ms": _p50(one_way), "one_way_p95_ms": percentile(one_way, 95),
             "ack_ms": _p50(acked), "pings": pings, "broker_cpu_us_per_message": broker_us,
+            "producer_cpu_us_per_message": producer_us,
+            "consumer_cpu_us_per_message": consumer_us,
             "producer": {k: v for k, v in config.items() if k != "bootstrap_servers"}}
 
 

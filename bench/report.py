@@ -74,9 +74,12 @@ def _floor_parts(floors: dict[str, Any]) -> str:
     k, pg = floors["kafka"], floors["postgres"]
     return (f"{k['one_way_ms']:.2f} / {k['ack_ms']:.2f}; {pg['begin_ms']:.2f} / "
             f"{pg['statement_ms']:.2f} / {pg['commit_ms']:.2f} ({pg['commit_unflushed_ms']:.2f})"
-            f" / {pg['notify_ms']:.2f}; CPU µs: Postgres backend per round trip "
-            f"{pg.get('backend_cpu_us_per_round_trip', float('nan')):.0f}, Kafka broker per "
-            f"message one at a time {_f(k.get('broker_cpu_us_per_message'), 0)}"
+            f" / {pg['notify_ms']:.2f}; CPU µs one at a time: per round trip Postgres backend "
+            f"{_f(pg.get('backend_cpu_us_per_round_trip'), 0)} + asyncpg client "
+            f"{_f(pg.get('client_cpu_us_per_round_trip'), 0)}, per message Kafka broker "
+            f"{_f(k.get('broker_cpu_us_per_message'), 0)} + aiokafka producer "
+            f"{_f(k.get('producer_cpu_us_per_message'), 0)} + consumer "
+            f"{_f(k.get('consumer_cpu_us_per_message'), 0)}"
             f" (load {floors['load_average'][0]:.1f})")
 
 
