@@ -40,7 +40,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.limits import scratch_pool, scratch_topic
 from bench.load import percentile
-from bench.stack import cpu_seconds, listener_pid, main_thread_cpu_seconds
+from bench.stack import broker_pid, cpu_seconds, main_thread_cpu_seconds
 
 #: Statements each side runs inside a leg (round trips besides BEGIN/COMMIT), as the code
 #: stood when the floors were introduced (kept, so floors compare across runs): the
@@ -185,7 +185,7 @@ async def kafka_one_way(bootstrap: str, *, pings: int = 200) -> dict[str, Any]:
             raise RuntimeError(f"floor consumer: {line!r}")
         one_way: list[float] = []
         acked: list[float] = []
-        broker = listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+        broker = broker_pid(bootstrap)
         background = await _idle_cpu_rate(broker) if broker else 0.0
         warm_up = min(_WARM_UP_PINGS, pings // 2)
         for i in range(pings):

@@ -97,9 +97,14 @@ def context_switches(pid: int) -> int:
 KAFKA_BROKER = "kafka broker"
 
 
+def broker_pid(bootstrap: str) -> int | None:
+    """The pid of the local Kafka broker of ``bootstrap`` (its first address)."""
+    return listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+
+
 def listener_pid(port: int) -> int | None:
-    """The pid of the local process listening on TCP ``port`` (the Kafka broker), from
-    /proc/net/tcp{,6} and the processes' socket fds; None if it is not visible here."""
+    """The pid of the local process listening on TCP ``port``, from /proc/net/tcp{,6} and
+    the processes' socket fds; None if it is not visible here."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
@@ -332,8 +337,7 @@ class Stack:
         """CPU seconds of the Kafka broker this stack uses (shared by the variants, so only
         a window with one stack at work is its), or None when it is not a local process."""
         if self._broker_pid is None:
-            port = int(self.kafka.split(",")[0].rsplit(":", 1)[1])
-            self._broker_pid = listener_pid(port) or 0
+            self._broker_pid = broker_pid(self.kafka) or 0
         return cpu_seconds(self._broker_pid) if self._broker_pid else None
 
     def run_delay(self) -> dict[str, float]:

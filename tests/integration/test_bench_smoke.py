@@ -63,6 +63,17 @@ def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
         legs = ("relay", "to_participant", "participant_txn", "to_coordinator", "hop")
         assert all(floors["legs_ms"][leg] > 0 for leg in legs)
         assert latency["sagas"][saga]["open_20"]["hop_breakdown"]["hops_measured"] > 0
+        # Where the CPU goes: every database's round trips, the local broker's CPU, and the
+        # bare CPU of a round trip and of a message, one at a time.
+        costs = latency["sagas"][saga]["sixteen"]["costs"]
+        trips = costs["pg_round_trips_per_saga"]
+        assert set(trips) == {"coordinator", "payments", "inventory", "shipping"}
+        assert all(v > 0 for v in trips.values())
+        assert costs["cpu_ms_per_saga"]["kafka broker"] > 0
+        for key in ("backend_cpu_us_per_round_trip", "client_cpu_us_per_round_trip"):
+            assert floors["postgres"][key] > 0
+        for key in ("broker", "producer", "consumer"):
+            assert floors["kafka"][f"{key}_cpu_us_per_message"] > 0
     assert latency["idle"]["window_s"] > 0
     assert set(latency["idle"]["db_transactions_per_s"]) == {
         "coordinator", "payments", "inventory", "shipping"}
