@@ -72,8 +72,12 @@ def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
         assert costs["cpu_ms_per_saga"]["kafka broker"] > 0
         for key in ("backend_cpu_us_per_round_trip", "client_cpu_us_per_round_trip"):
             assert floors["postgres"][key] > 0
-        for key in ("broker", "producer", "consumer"):
+        for key in ("producer", "consumer"):
             assert floors["kafka"][f"{key}_cpu_us_per_message"] > 0
+        # Found and measured; the smoke's 5 counted pings fit in one 10 ms clock tick of the
+        # broker's CPU, less its idle background, so 0 is a possible reading here.
+        assert floors["kafka"]["broker_cpu_us_per_message"] is not None
+        assert floors["kafka"]["broker_cpu_us_per_message"] >= 0
     assert latency["idle"]["window_s"] > 0
     assert set(latency["idle"]["db_transactions_per_s"]) == {
         "coordinator", "payments", "inventory", "shipping"}
