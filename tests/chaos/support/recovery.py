@@ -14,7 +14,8 @@ import asyncpg
 from tests.chaos.support.driver import SETTLED
 
 _COUNTS = """
-SELECT count(*) AS stored, count(*) FILTER (WHERE status = ANY($1::text[])) AS settled
+SELECT count(*) AS stored, count(*) FILTER (WHERE status = ANY($1::text[])) AS settled,
+       coalesce(sum(history_seq), 0)::bigint AS events
 FROM sagas WHERE parent_id IS NULL
 """
 
@@ -24,6 +25,9 @@ class Sample:
     at: float  # time.monotonic()
     stored: int
     settled: int
+    #: History events recorded by these sagas: grows with every step, while ``settled`` may
+    #: stay flat for a long time when a backlog moves through its steps in lockstep.
+    events: int
 
 
 @dataclass
@@ -56,7 +60,8 @@ class ProgressSampler:
                     conn = await asyncpg.connect(self.dsn, timeout=2)
                 row = await asyncio.wait_for(conn.fetchrow(_COUNTS, list(SETTLED)), 2)
                 assert row is not None
-                self.samples.append(Sample(time.monotonic(), row["stored"], row["settled"]))
+                self.samples.append(
+                    Sample(time.monotonic(), row["stored"], row["settled"], row["events"]))
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 if conn is not None:
                     conn.terminate()
@@ -64,23 +69,27 @@ class ProgressSampler:
             await asyncio.sleep(self.interval)
 
     async def wait_progress(
-        self, in_flight: int, settled: int, *, steady_after: float, timeout: float  # noqa: ASYNC109
+        self, in_flight: int, *, advanced: int, timeout: float  # noqa: ASYNC109
     ) -> Sample:
         """Wait until ``in_flight`` sagas are stored and not settled while the stack is moving:
-        ``settled`` have settled, or some have and ``steady_after`` seconds passed (a loaded
-        machine may settle few at first). The sample that shows it."""
+        they recorded ``advanced`` more history events than at the first sample. The sample
+        that shows it.
+
+        Progress is counted in events, not settled sagas: a backlog started at once moves
+        through its steps together and settles in a burst, which can take the count from
+        none settled to fewer than ``in_flight`` left between two samples."""
         began = time.monotonic()
         while time.monotonic() < began + timeout:
             if self.samples:
-                last = self.samples[-1]
-                moving = last.settled >= settled or (
-                    last.settled > 0 and last.at - began >= steady_after)
-                if self.in_flight(last) >= in_flight and moving:
+                first, last = self.samples[0], self.samples[-1]
+                if (self.in_flight(last) >= in_flight
+                        and last.events - first.events >= advanced):
                     return last
             await asyncio.sleep(self.interval / 2)
         raise AssertionError(
-            f"never {in_flight} sagas in flight with {settled} settled "
-            f"(last sample {self.samples[-1] if self.samples else None})")
+            f"never {in_flight} sagas in flight with {advanced} events recorded "
+            f"(first sample {self.samples[0] if self.samples else None}, "
+            f"last {self.samples[-1] if self.samples else None})")
 
     @staticmethod
     def in_flight(sample: Sample) -> int:
@@ -90,25 +99,29 @@ class ProgressSampler:
         self.fault_at = time.monotonic()
 
     def timeline(self, every: float = 5.0) -> str:
-        """Settled sagas per ``every`` seconds, relative to the fault (for the log)."""
+        """History events and settled sagas per ``every`` seconds, relative to the fault."""
         assert self.fault_at is not None
         marks, next_at, prev = [], self.samples[0].at, self.samples[0]
         for s in self.samples:
             if s.at >= next_at:
-                marks.append(f"{s.at - self.fault_at:+.0f}s:{s.settled - prev.settled}")
+                marks.append(f"{s.at - self.fault_at:+.0f}s:{s.events - prev.events}"
+                             f"/{s.settled - prev.settled}")
                 prev, next_at = s, s.at + every
-        return " ".join(marks)
+        return "events/settled " + " ".join(marks)
 
     def figures(self, window: float = 10.0) -> dict[str, float]:
-        """The recovery figures (seconds, sagas, sagas/s) of the run around the fault.
+        """The recovery figures (seconds, sagas, history events/s) of the run around the fault.
+
+        Progress is history events recorded, which every step adds: settled sagas come in
+        bursts when a backlog moves in lockstep.
 
         * ``in_flight_at_fault``: stored and not settled at the last sample before the fault;
-        * ``stall_s``: from the fault to the first sample with more sagas settled than then;
-        * ``rate_before``: sagas settled per second in the ``window`` before the fault;
+        * ``stall_s``: from the fault to the first sample with more events than then;
+        * ``rate_before``: events per second in the ``window`` before the fault;
         * ``rate_after``: the same in the ``window`` after the fault (the dip);
-        * ``recovered_s``: from the fault until a 2 s stretch settles at half ``rate_before``;
-        * ``longest_pause_s``: the longest stretch without a saga settling in the minute after
-          the fault (partitions or shards the fault did not touch may keep settling at first).
+        * ``recovered_s``: from the fault until a 2 s stretch runs at half ``rate_before``;
+        * ``longest_pause_s``: the longest stretch without an event in the minute after the
+          fault (partitions or shards the fault did not touch may keep moving at first).
         """
         assert self.fault_at is not None, "no fault marked"
         fault = self.fault_at
@@ -116,22 +129,22 @@ class ProgressSampler:
         after = [s for s in self.samples if s.at > fault]
         assert before and after, "no samples on both sides of the fault"
         last = before[-1]
-        moved = next((s for s in after if s.settled > last.settled), None)
+        moved = next((s for s in after if s.events > last.events), None)
         first = next((s for s in before if s.at >= fault - window), before[0])
         span = max(last.at - first.at, 0.001)
-        rate_before = (last.settled - first.settled) / span
+        rate_before = (last.events - first.events) / span
         end = [s for s in after if s.at <= fault + window]
-        rate_after = ((end[-1].settled - last.settled) / window) if end else 0.0
+        rate_after = ((end[-1].events - last.events) / window) if end else 0.0
         recovered = next(
             (s.at - fault for s in after
              for t in after if 1.9 <= t.at - s.at <= 2.1
-             and (t.settled - s.settled) / (t.at - s.at) >= rate_before / 2),
+             and (t.events - s.events) / (t.at - s.at) >= rate_before / 2),
             float("nan"))
         pause, since = 0.0, fault
         for prev, s in zip([last, *after], after, strict=False):
             if s.at > fault + 60:
                 break
-            if s.settled > prev.settled:
+            if s.events > prev.events:
                 since = s.at
             pause = max(pause, s.at - since)
         return {
