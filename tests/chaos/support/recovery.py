@@ -25,8 +25,9 @@ class Sample:
     at: float  # time.monotonic()
     stored: int
     settled: int
-    #: History events recorded by these sagas: grows with every step, while ``settled`` may
-    #: stay flat for a long time when a backlog moves through its steps in lockstep.
+    #: History events recorded by these sagas, the measure of progress: it grows with every
+    #: step, while a backlog started at once moves through its steps in lockstep and settles
+    #: in a burst (``settled`` may go from none to nearly all between two samples).
     events: int
 
 
@@ -72,12 +73,8 @@ class ProgressSampler:
         self, in_flight: int, *, advanced: int, timeout: float  # noqa: ASYNC109
     ) -> Sample:
         """Wait until ``in_flight`` sagas are stored and not settled while the stack is moving:
-        they recorded ``advanced`` more history events than at the first sample. The sample
-        that shows it.
-
-        Progress is counted in events, not settled sagas: a backlog started at once moves
-        through its steps together and settles in a burst, which can take the count from
-        none settled to fewer than ``in_flight`` left between two samples."""
+        they recorded ``advanced`` more history events than at the first sample (see
+        ``Sample.events``). The sample that shows it."""
         began = time.monotonic()
         while time.monotonic() < began + timeout:
             if self.samples:
@@ -110,10 +107,8 @@ class ProgressSampler:
         return "events/settled " + " ".join(marks)
 
     def figures(self, window: float = 10.0) -> dict[str, float]:
-        """The recovery figures (seconds, sagas, history events/s) of the run around the fault.
-
-        Progress is history events recorded, which every step adds: settled sagas come in
-        bursts when a backlog moves in lockstep.
+        """The recovery figures (seconds, sagas, history events/s) of the run around the fault;
+        progress is ``Sample.events``.
 
         * ``in_flight_at_fault``: stored and not settled at the last sample before the fault;
         * ``stall_s``: from the fault to the first sample with more events than then;
