@@ -64,6 +64,13 @@ class CoordinatorSettings(BaseSettings):
     #: Off behind a transaction-pooling PgBouncer, which drops notifications: then lower
     #: ``timer_max_idle`` to how late a timer the API wrote may fire (it was 1 s).
     timer_hints: bool = True
+    #: After a commit that ended sagas (finished or dead), NOTIFY their ids on
+    #: ``sagaflow_saga_ended`` in a transaction of its own (the ids of commits meanwhile share
+    #: the next one), and in the API LISTEN there on one pool connection: ``GET
+    #: /sagas/{id}/result`` then answers as soon as the saga ends. Off (or behind a
+    #: transaction-pooling PgBouncer, which drops notifications), a long poll re-reads its saga
+    #: after 50 ms, then ever more slowly, up to once a second.
+    result_hints: bool = True
     #: Thresholds of CPython's garbage collector in ``coordinator worker``
     #: (``gc.set_threshold``; JSON, CPython's own are ``[700, 10, 10]``). The default
     #: collects less often: full collections over the state cache cost about 40% of a

@@ -11,15 +11,13 @@ effort: without them a worker still finds every timer within ``timer_max_idle``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import asyncpg
 
+from coordinator.hint_listener import HintListener
 from outbox_relay import RelayWaker
 
 if TYPE_CHECKING:
@@ -28,14 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANNEL", "TIMER_HINT", "TimerHintListener", "start_timer_waker"]
 
-log = logging.getLogger(__name__)
-
 CHANNEL: Final = "sagaflow_timers"
 #: A constant statement (see ``outbox_relay.waker``): no durability needed, so no WAL flush wait.
 TIMER_HINT: Final = "SET LOCAL synchronous_commit = off; SELECT pg_notify('sagaflow_timers', '')"
-
-_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
-_RECONNECT_MAX = 5.0
 
 
 async def start_timer_waker(store: SagaStore, settings: CoordinatorSettings) -> RelayWaker | None:
@@ -56,7 +49,7 @@ async def start_timer_waker(store: SagaStore, settings: CoordinatorSettings) -> 
     return waker
 
 
-class TimerHintListener:
+class TimerHintListener(HintListener):
     """LISTENs on :data:`CHANNEL` over a connection of its own and calls ``on_hint`` for each
     notification, and after every (re)connect, since hints may have been missed meanwhile.
 
@@ -66,48 +59,4 @@ class TimerHintListener:
 
     def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]],
                  on_hint: Callable[[], None], *, name: str = "worker") -> None:
-        self._connect = connect
-        self._on_hint = on_hint
-        self._name = name
-        self._task: asyncio.Task[None] | None = None
-        self._lost = asyncio.Event()
-        self.listening = False
-        #: Notifications received (for tests).
-        self.received = 0
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"{self._name}-timer-hints")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def _notified(self, *_: Any) -> None:
-        self.received += 1
-        self._on_hint()
-
-    async def _run(self) -> None:
-        delay = 0.1
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await self._connect()
-                self._lost.clear()
-                conn.add_termination_listener(lambda _c: self._lost.set())
-                await conn.add_listener(CHANNEL, self._notified)
-                self.listening, delay = True, 0.1
-                self._on_hint()
-                await self._lost.wait()
-                log.warning("%s: the timer hint connection was lost; reconnecting", self._name)
-            except _ERRORS as exc:
-                log.debug("%s: timer hints unavailable: %r", self._name, exc)
-            finally:
-                self.listening = False
-                if conn is not None:
-                    conn.terminate()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _RECONNECT_MAX)
+        super().__init__(connect, CHANNEL, lambda _payload: on_hint(), name=name)

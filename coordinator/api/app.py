@@ -29,6 +29,7 @@ from coordinator.api.settings import ApiSettings
 from coordinator.command_publishing import start_command_publishing
 from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
+from coordinator.result_hints import SagaEndWaiters, start_saga_end_hints
 from coordinator.store import SagaStore
 from coordinator.timer_hints import start_timer_waker
 from participant_sdk.pools import create_pool
@@ -82,7 +83,7 @@ def create_app(
             pool = await create_pool(
                 settings.dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size,
                 server_settings={"application_name": "sagaflow-api"})
-            the_store = SagaStore(pool, reg, clock=clock, owns_pool=True)
+            the_store = SagaStore(pool, reg, clock=clock, owns_pool=True, dsn=settings.dsn)
         metrics.observe(the_store)
         runner: RepairJobRunner | None = None
         if with_runner:
@@ -93,21 +94,32 @@ def create_app(
             the_store, settings, name="api", wait_for_kafka=False, direct=own)
         app.state.publishing = publishing
         timer_waker = await start_timer_waker(the_store, settings)
+        end_hints = await start_saga_end_hints(the_store, settings)
+        # A passed store opened from a pool alone has no DSN: its long polls only re-read.
+        ends = (SagaEndWaiters(the_store.dsn) if settings.result_hints and the_store.dsn
+                else None)
         app.state.ctx = Context(
             store=the_store, registry=the_store.registry, clock=clock,
             stuck_policy=ObservabilitySettings().stuck_policy(),
             wake_jobs=runner.wake if runner is not None else (lambda: None),
-            wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None))
+            wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None),
+            saga_ends=ends)
         try:
+            if ends is not None:
+                await ends.start()
             if runner is not None:
                 await runner.start()
             yield
         finally:
             if runner is not None:
                 await runner.stop()
+            if ends is not None:
+                await ends.stop()
             await publishing.stop()
             if timer_waker is not None:
                 await timer_waker.stop()
+            if end_hints is not None:
+                await end_hints.stop()
             if own:
                 await the_store.close()
 

@@ -13,6 +13,7 @@ from fastapi import Request
 from coordinator.api.errors import ErrorBody
 from coordinator.observability.settings import StuckPolicy
 from coordinator.observability.stuck import stuck_ids
+from coordinator.result_hints import SagaEndWaiters
 from coordinator.store import SagaStore
 
 __all__ = ["ERRORS", "Context", "context"]
@@ -48,6 +49,9 @@ class Context:
     wake_jobs: Callable[[], None]
     #: Hints the workers that a schedule changed (``coordinator.timer_hints``), if enabled.
     wake_workers: Callable[[], None] = lambda: None
+    #: Wakes the result long polls when their saga ends (``coordinator.result_hints``), if
+    #: enabled.
+    saga_ends: SagaEndWaiters | None = None
 
     def now(self) -> datetime:
         return self.clock()

@@ -1,13 +1,17 @@
 """The saga's outcome, by long poll: ``GET /sagas/{id}/result?wait=30s`` answers as soon as
 the saga finishes (or goes dead), or when ``wait`` runs out, so a client never loops over
-short sleeps of its own. The server re-reads the row with plain ``SELECT``s, backing off
-from 50 ms to 1 s: the API and the workers are separate processes, and a read takes no lock.
+short sleeps of its own. The process that ends the saga hints this one
+(``coordinator.result_hints``), which then reads the row at once; without a hint the server
+re-reads it with plain ``SELECT``s, backing off from 50 ms to 1 s (the API and the workers are
+separate processes, and a read takes no lock).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -29,6 +33,10 @@ Ctx = Annotated[Context, Depends(context)]
 
 #: Longest long poll (proxies commonly cut idle requests at 60 s).
 MAX_WAIT_S = 55.0
+#: Without a hint, a long poll re-reads its saga after the first pause, then doubles it up to
+#: the longest.
+_FIRST_PAUSE = 0.05
+_LONGEST_PAUSE = 1.0
 
 
 class ResultOut(BaseModel):
@@ -65,13 +73,26 @@ async def saga_result(
         raise BadRequest(f"wait: {exc}", code="invalid_wait") from exc
     if not 0 <= seconds <= MAX_WAIT_S:
         raise BadRequest(f"wait must be from 0 to {MAX_WAIT_S:g}s", code="invalid_wait")
-    deadline, pause = time.monotonic() + seconds, 0.05
-    while True:
-        record = await ctx.store.get_saga(saga_id)
-        if record is None:
-            raise NotFound(f"no saga with id {saga_id}", code="saga_not_found")
-        left = deadline - time.monotonic()
-        if _done(record) or left <= 0:
-            return _out(record)
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, 1.0)
+    deadline, pause = time.monotonic() + seconds, _FIRST_PAUSE
+    with _hinted(ctx, saga_id) as ended:
+        while True:
+            ended.clear()  # before the read: a hint during it is not lost
+            record = await ctx.store.get_saga(saga_id)
+            if record is None:
+                raise NotFound(f"no saga with id {saga_id}", code="saga_not_found")
+            left = deadline - time.monotonic()
+            if _done(record) or left <= 0:
+                return _out(record)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), min(pause, left))
+            pause = min(pause * 2, _LONGEST_PAUSE)
+
+
+@contextlib.contextmanager
+def _hinted(ctx: Context, saga_id: UUID) -> Iterator[asyncio.Event]:
+    """The event the saga's end hint sets (one never set when hints are off)."""
+    if ctx.saga_ends is None:
+        yield asyncio.Event()
+        return
+    with ctx.saga_ends.watching(saga_id) as event:
+        yield event

@@ -189,8 +189,11 @@ class SagaStore:
         clock: Clock = utcnow,
         owns_pool: bool = False,
         state_cache: int = STATE_CACHE_NODES,
+        dsn: str | None = None,
     ) -> None:
         self.pool = pool
+        #: Where the pool connects, when known: for connections of their own (LISTEN).
+        self.dsn = dsn
         self.registry = registry
         self._clock = clock
         self._states = StateCache(state_cache)
@@ -229,7 +232,7 @@ class SagaStore:
                 "idle_in_transaction_session_timeout": "60000",
             },
         )
-        return cls(pool, registry, clock=clock, owns_pool=True, state_cache=state_cache)
+        return cls(pool, registry, clock=clock, owns_pool=True, state_cache=state_cache, dsn=dsn)
 
     async def close(self) -> None:
         """Close the pool if this store opened it (idempotent)."""

@@ -23,6 +23,7 @@ from aiokafka.structs import OffsetAndMetadata
 from coordinator.command_publishing import CommandPublishing, start_command_publishing
 from coordinator.migrations import migrate
 from coordinator.observability.scan import WorkerObservability
+from coordinator.result_hints import SagaEndHints, start_saga_end_hints
 from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
 from coordinator.serverless import fire_due_schedules, fire_due_timers, handle_reply_batch
 from coordinator.settings import CoordinatorSettings
@@ -74,6 +75,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._schedules_changed = asyncio.Event()
         self._hints: TimerHintListener | None = None
+        self._end_hints: SagaEndHints | None = None
         self._sleep_until: datetime | None = None
         self._started = False
         self._stopped = False
@@ -130,6 +132,7 @@ class Worker:
                 self._on_hint, name=self.name)
             await self._hints.start()
         self._publishing = await start_command_publishing(self.store, s, name=self.name)
+        self._end_hints = await start_saga_end_hints(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name,
                                                  live=self._live, ready=self._ready)
         await self.observability.start()
@@ -199,6 +202,8 @@ class Worker:
             await self._consumer.stop()
         if self._hints is not None:
             await self._hints.stop()
+        if self._end_hints is not None:
+            await self._end_hints.stop()
         if self.compaction is not None:
             await self.compaction.stop()
         if self.observability is not None:

@@ -1,0 +1,167 @@
+"""Saga-end hints, so a client waiting for a result hears of it at once instead of polling.
+
+A process that ends sagas (a worker applying their last replies, the API repairing one) sends
+their ids on :data:`CHANNEL` after its commit, in a transaction of its own
+(:class:`SagaEndHints`: the ids of commits that land while one hint is in flight share the next
+one; a NOTIFY inside the writer's transaction would make every such commit take Postgres's
+cluster-wide notify lock, see ``outbox_relay.waker``). The API LISTENs on one connection of its
+own (:class:`SagaEndWaiters`) and wakes the long polls of ``GET /sagas/{id}/result`` waiting
+on those ids. Hints are best effort: a long poll still re-reads its saga by itself, backing off
+to once a second, so a lost hint only makes it answer later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Final
+from uuid import UUID
+
+import asyncpg
+
+from coordinator.engine import Status
+from coordinator.hint_listener import HintListener
+
+if TYPE_CHECKING:
+    from coordinator.settings import CoordinatorSettings
+    from coordinator.store import SagaStore
+    from coordinator.store._writes import Change
+
+__all__ = ["CHANNEL", "SagaEndHints", "SagaEndWaiters", "start_saga_end_hints"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = "sagaflow_saga_ended"
+#: One round trip, one implicit transaction that needs no durability (so no WAL flush wait):
+#: ``set_config(..., true)`` is local to it. The payload is space-separated saga ids.
+_HINT: Final = ("SELECT set_config('synchronous_commit', 'off', true),"
+                " pg_notify('sagaflow_saga_ended', $1)")
+#: Ids per notification: 36 characters and a space each, under Postgres's 8,000-byte payload.
+_IDS_PER_HINT: Final = 200
+_RETRY_AFTER = 1.0
+_STOP_TIMEOUT = 2.0
+_SEND_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+def _ended(status: Status) -> bool:
+    """The statuses a result waiter stops at: finished, or dead (waiting for an operator)."""
+    return status.is_terminal or status is Status.DEAD
+
+
+class SagaEndHints:
+    """Collects the sagas this store's commits ended and NOTIFYs their ids, one hint in
+    flight at a time. Register :meth:`on_changes` as the store's change listener."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._ids: dict[str, None] = {}
+        self._pending = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: Notifications sent (for tests and metrics).
+        self.sent = 0
+
+    def on_changes(self, changes: Sequence[Change]) -> None:
+        """After a commit: remember the sagas it ended (no I/O)."""
+        for change in changes:
+            if _ended(change.decision.state.status):
+                self._ids[str(change.saga.saga_id)] = None
+                self._pending.set()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="sagaflow-saga-end-hints")
+
+    async def stop(self) -> None:
+        """Stop; the ids still pending are sent first (bounded, best effort)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if self._ids:
+            with contextlib.suppress(TimeoutError, *_SEND_ERRORS):
+                await asyncio.wait_for(self._send(), _STOP_TIMEOUT)
+
+    async def _send(self) -> None:
+        ids, self._ids = list(self._ids), {}
+        async with self._pool.acquire() as conn:
+            for at in range(0, len(ids), _IDS_PER_HINT):
+                await conn.execute(_HINT, " ".join(ids[at:at + _IDS_PER_HINT]))
+                self.sent += 1
+
+    async def _run(self) -> None:
+        while True:
+            await self._pending.wait()
+            self._pending.clear()
+            try:
+                await self._send()
+            except _SEND_ERRORS as exc:  # the waiters' own re-reads find those sagas
+                log.debug("saga-end hint not sent: %r", exc)
+                await asyncio.sleep(_RETRY_AFTER)
+
+
+async def start_saga_end_hints(store: SagaStore, settings: CoordinatorSettings
+                               ) -> SagaEndHints | None:
+    """Running hints for the sagas ``store``'s commits end; None when ``settings.result_hints``
+    is off. The caller stops them."""
+    if not settings.result_hints:
+        return None
+    hints = SagaEndHints(store.pool)
+    store.add_change_listener(hints.on_changes)
+    await hints.start()
+    return hints
+
+
+class SagaEndWaiters:
+    """Wakes whoever waits on a saga when its end is hinted, over one LISTEN connection of
+    its own to ``dsn``. After a (re)connect every waiter is woken, since a hint may have been
+    missed meanwhile."""
+
+    def __init__(self, dsn: str, *, name: str = "api") -> None:
+        self._waiting: dict[UUID, set[asyncio.Event]] = {}
+        self._listener = HintListener(
+            lambda: asyncpg.connect(dsn, server_settings={
+                "application_name": f"sagaflow-{name}-result-hints"}),
+            CHANNEL, self._on_hint, name=name)
+
+    @property
+    def listening(self) -> bool:
+        return self._listener.listening
+
+    async def start(self) -> None:
+        await self._listener.start()
+
+    async def stop(self) -> None:
+        await self._listener.stop()
+
+    @contextlib.contextmanager
+    def watching(self, saga_id: UUID) -> Iterator[asyncio.Event]:
+        """An event set when ``saga_id``'s end is hinted; clear it before each read of the
+        saga, so a hint that comes between the read and the wait is not lost."""
+        event = asyncio.Event()
+        self._waiting.setdefault(saga_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            events = self._waiting.get(saga_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiting[saga_id]
+
+    def _on_hint(self, payload: str | None) -> None:
+        if payload is None:
+            for events in self._waiting.values():
+                for event in events:
+                    event.set()
+            return
+        for text in payload.split():
+            try:
+                saga_id = UUID(text)
+            except ValueError:  # not ours: the channel is open to anyone who can NOTIFY
+                continue
+            for event in self._waiting.get(saga_id, ()):
+                event.set()
