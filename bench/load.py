@@ -9,6 +9,7 @@ and resolves each saga when its status is terminal. Latency is the terminal row'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.result_hints import CHANNEL as SAGA_END_CHANNEL
 from coordinator.store import SagaStore
 
 TERMINAL = ["completed", "compensated", "cancelled"]
@@ -47,14 +49,29 @@ class Outcome:
     finished_wall: float
 
 
+#: Once saga-end hints arrive, the watcher polls on them and its timer is only a fallback.
+HINTED_FALLBACK_S = 0.1
+
+
 @dataclass
 class Watcher:
-    """Resolves a future per saga id when its row reaches a terminal status."""
+    """Resolves a future per saga id when its row reaches a terminal status.
+
+    It LISTENs for the stack's saga-end hints (``coordinator.result_hints``): a hint naming a
+    saga it waits for triggers a poll at once. Until a first hint arrives (a stack that sends
+    none) it polls every ``interval``; afterwards at most every ``HINTED_FALLBACK_S`` by
+    itself. ``noticed_s`` holds, per saga resolved after a hint named it, the time from its
+    terminal ``updated_at`` to the hint's arrival: what a result waiter sees of the end.
+    """
 
     conn: asyncpg.Connection
     interval: float = 0.02
     pending: dict[uuid.UUID, tuple[float, asyncio.Future[Outcome]]] = field(default_factory=dict)
     polls: int = 0
+    hints: int = 0
+    noticed_s: list[float] = field(default_factory=list)
+    _heard: dict[uuid.UUID, float] = field(default_factory=dict)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
     def watch(self, saga_id: uuid.UUID, due_wall: float) -> asyncio.Future[Outcome]:
@@ -63,16 +80,31 @@ class Watcher:
         return fut
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def _on_hint(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self.hints += 1
+        now = time.time()
+        for text in payload.split():
+            saga_id = uuid.UUID(text)
+            if saga_id in self.pending:
+                self._heard.setdefault(saga_id, now)
+                self._wake.set()
 
     async def _run(self) -> None:
+        await self.conn.add_listener(SAGA_END_CHANNEL, self._on_hint)
         while True:
-            await asyncio.sleep(self.interval)
+            wait = max(self.interval, HINTED_FALLBACK_S) if self.hints else self.interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+            self._wake.clear()  # before the poll: a hint during it triggers the next one
             if not self.pending:
                 continue
             rows = await self.conn.fetch(
@@ -83,6 +115,9 @@ class Watcher:
             for row in rows:
                 due, fut = self.pending.pop(row["id"])
                 finished = row["updated_at"].timestamp()
+                heard = self._heard.pop(row["id"], None)
+                if heard is not None:
+                    self.noticed_s.append(heard - finished)
                 if not fut.done():
                     fut.set_result(Outcome(row["status"], finished - due, now))
 
@@ -104,15 +139,24 @@ class LoadResult:
     statuses: dict[str, int] = field(default_factory=dict)
     latencies_s: list[float] = field(default_factory=list)
     watcher_polls: int = 0
+    #: Seconds from each saga's end to the saga-end hint reaching the driver.
+    noticed_s: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.in_window / self.window_s if self.window_s else 0.0
 
     def latency_ms(self) -> dict[str, float]:
-        ms = [v * 1000 for v in self.latencies_s]
-        return {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99),
-                "max": max(ms) if ms else float("nan"), "count": float(len(ms))}
+        return _ms_stats(self.latencies_s)
+
+    def noticed_ms(self) -> dict[str, float]:
+        return _ms_stats(self.noticed_s)
+
+
+def _ms_stats(seconds: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in seconds]
+    return {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99),
+            "max": max(ms) if ms else float("nan"), "count": float(len(ms))}
 
 
 class Driver:
@@ -148,6 +192,7 @@ class Driver:
                           on_window: Callable[[str], Any]) -> LoadResult:
         """``concurrency`` sagas always in flight; count those finishing inside the window."""
         result = LoadResult(window_s=duration_s)
+        self.watcher.noticed_s = result.noticed_s
         t0 = time.monotonic()
         w_start, w_end = t0 + warmup_s, t0 + warmup_s + duration_s
         marks = {"start": False, "end": False}
@@ -191,6 +236,7 @@ class Driver:
                         ) -> LoadResult:
         """Start sagas at ``rate`` per second for ``duration_s``, whatever is in flight."""
         result = LoadResult(window_s=duration_s)
+        self.watcher.noticed_s = result.noticed_s
         total = int(rate * duration_s)
         t0_wall, t0 = time.time(), time.monotonic()
         futs: list[asyncio.Future[Outcome]] = []

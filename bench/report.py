@@ -86,6 +86,11 @@ def _floor_parts(floors: dict[str, Any]) -> str:
 _SAGA_LABEL = {"bench_tcc3": "3-step TCC", "bench_steps3": "3 saga steps"}
 
 
+def _noticed(run: dict[str, Any]) -> str:
+    ms = run["noticed_ms"]
+    return "-" if not ms["count"] else f"{ms['p50']:.2f} / {ms['p99']:.2f}"
+
+
 def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
                   ) -> list[tuple[str, list[str]]]:
     """One row per figure, one column per variant (stack) of the latency phase."""
@@ -116,6 +121,9 @@ def _latency_rows(latency: dict[str, Any], limits: dict[str, Any] | None
         add(f"{label}, 1 in flight: latency p50 / p99 ms (p50 / floor)",
             lambda r, s=saga, f=floor: lat(r["sagas"][s]["one"], f))
         add(f"{label}, 1 in flight: sagas/s", lambda r, s=saga: _f(r["sagas"][s]["one"]["rate"]))
+        add(f"{label}, 1 / 16 in flight: end -> saga-end hint at the driver p50 / p99 ms",
+            lambda r, s=saga: "{} ; {}".format(*(_noticed(r["sagas"][s][k])
+                                                 for k in ("one", "sixteen"))))
         add(f"{label}, 1 in flight: commits per saga (coordinator)",
             lambda r, s=saga: "{:.1f} ({:.1f})".format(
                 r["sagas"][s]["one"]["costs"]["pg_xacts_per_saga_total"],

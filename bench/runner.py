@@ -122,7 +122,8 @@ def _costs(stack: Stack, a: dict[str, Any], b: dict[str, Any], sagas: int) -> di
 def _load_json(result: LoadResult) -> dict[str, Any]:
     return {"rate": result.rate, "sagas": result.in_window, "window_s": result.window_s,
             "started": result.started, "finished": result.finished,
-            "statuses": result.statuses, "latency_ms": result.latency_ms()}
+            "statuses": result.statuses, "latency_ms": result.latency_ms(),
+            "noticed_ms": result.noticed_ms()}
 
 
 @contextlib.asynccontextmanager

@@ -55,6 +55,8 @@ def test_bench_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
     for saga in ("bench_tcc3", "bench_steps3"):
         one = latency["sagas"][saga]["one"]
         assert one["rate"] > 0 and one["latency_ms"]["p50"] > 0
+        # The workers' saga-end hints reach the driver, which polls on them.
+        assert one["noticed_ms"]["count"] > 0 and one["noticed_ms"]["p50"] >= 0
         # The per-hop split is measured even at one saga in flight (it used to read nothing).
         assert one["hop_breakdown"]["hops_measured"] > 0
         assert one["hop_breakdown"]["participant_txn_ms"]["count"] > 0
