@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 from uuid import UUID
@@ -23,6 +22,7 @@ import asyncpg
 
 from coordinator.engine import Status
 from coordinator.hint_listener import HintListener
+from outbox_relay import RelayWaker
 
 if TYPE_CHECKING:
     from coordinator.settings import CoordinatorSettings
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANNEL", "SagaEndHints", "SagaEndWaiters", "start_saga_end_hints"]
 
-log = logging.getLogger(__name__)
-
 CHANNEL: Final = "sagaflow_saga_ended"
 #: One round trip, one implicit transaction that needs no durability (so no WAL flush wait):
 #: ``set_config(..., true)`` is local to it. The payload is space-separated saga ids.
@@ -40,9 +38,6 @@ _HINT: Final = ("SELECT set_config('synchronous_commit', 'off', true),"
                 " pg_notify('sagaflow_saga_ended', $1)")
 #: Ids per notification: 36 characters and a space each, under Postgres's 8,000-byte payload.
 _IDS_PER_HINT: Final = 200
-_RETRY_AFTER = 1.0
-_STOP_TIMEOUT = 2.0
-_SEND_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 def _ended(status: Status) -> bool:
@@ -50,40 +45,21 @@ def _ended(status: Status) -> bool:
     return status.is_terminal or status is Status.DEAD
 
 
-class SagaEndHints:
+class SagaEndHints(RelayWaker):
     """Collects the sagas this store's commits ended and NOTIFYs their ids, one hint in
-    flight at a time. Register :meth:`on_changes` as the store's change listener."""
+    flight at a time (a :class:`~outbox_relay.RelayWaker` whose hint carries the ids).
+    Register :meth:`on_changes` as the store's change listener."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
+        super().__init__(pool)
         self._ids: dict[str, None] = {}
-        self._pending = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        #: Notifications sent (for tests and metrics).
-        self.sent = 0
 
     def on_changes(self, changes: Sequence[Change]) -> None:
         """After a commit: remember the sagas it ended (no I/O)."""
         for change in changes:
             if _ended(change.decision.state.status):
                 self._ids[str(change.saga.saga_id)] = None
-                self._pending.set()
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="sagaflow-saga-end-hints")
-
-    async def stop(self) -> None:
-        """Stop; the ids still pending are sent first (bounded, best effort)."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        if self._ids:
-            with contextlib.suppress(TimeoutError, *_SEND_ERRORS):
-                await asyncio.wait_for(self._send(), _STOP_TIMEOUT)
+                self.wake()
 
     async def _send(self) -> None:
         ids, self._ids = list(self._ids), {}
@@ -91,16 +67,6 @@ class SagaEndHints:
             for at in range(0, len(ids), _IDS_PER_HINT):
                 await conn.execute(_HINT, " ".join(ids[at:at + _IDS_PER_HINT]))
                 self.sent += 1
-
-    async def _run(self) -> None:
-        while True:
-            await self._pending.wait()
-            self._pending.clear()
-            try:
-                await self._send()
-            except _SEND_ERRORS as exc:  # the waiters' own re-reads find those sagas
-                log.debug("saga-end hint not sent: %r", exc)
-                await asyncio.sleep(_RETRY_AFTER)
 
 
 async def start_saga_end_hints(store: SagaStore, settings: CoordinatorSettings

@@ -91,7 +91,7 @@ class RelayWaker:
             try:
                 await self._send()
             except _SEND_ERRORS as exc:
-                log.debug("relay wake-up hint not sent: %r", exc)
+                log.debug("wake-up hint not sent: %r", exc)
                 await asyncio.sleep(_RETRY_AFTER)
                 continue
             # Commits arriving meanwhile set the flag again and share the next hint.

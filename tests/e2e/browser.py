@@ -126,9 +126,25 @@ def click_through(driver: Any, element: Any) -> None:
     """Click something that loads a new page, and wait until the old page is gone (reading
     the page right after a click may otherwise read the one being left)."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda _d: _gone(old))
+
+
+def _gone(element: Any) -> bool:
+    """Whether ``element``'s page was left. Chromedriver reports an element of the page being
+    swapped out either as stale or, in a race, as a node that "does not belong to the
+    document" (a plain WebDriverException): both mean gone."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
