@@ -33,10 +33,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 from bench.foreach_sagas import ShipEach
-from bench.load import Driver, Outcome
+from bench.load import Driver, Outcome, watcher_connection
 from bench.runner import WARMUP_SAGAS, _costs, _guarded, _snapshot
 from bench.sagas import Tcc3
 from bench.stack import Stack
@@ -77,7 +75,7 @@ async def _driver(stack: Stack, saga_type: str, lines: int) -> AsyncIterator[Dri
     store = await SagaStore.open(stack.coordinator_dsn, registry, min_size=2, max_size=10)
     # Hint the relay after each start, as the API does (an idle relay waits for hints).
     waker = await start_relay_waker(store, CoordinatorSettings(dsn=stack.coordinator_dsn))
-    conn = await asyncpg.connect(stack.coordinator_dsn)
+    conn = await watcher_connection(stack.coordinator_dsn)
     driver = SucceedingDriver(store, conn, saga_type, 0, tag=uuid.uuid4().hex[:6], lines=lines)
     try:
         yield driver

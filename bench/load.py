@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from coordinator.result_hints import CHANNEL as SAGA_END_CHANNEL
+from coordinator.result_hints import LISTENER_APP_NAME
 from coordinator.store import SagaStore
 
 TERMINAL = ["completed", "compensated", "cancelled"]
@@ -120,6 +121,12 @@ class Watcher:
                     self.noticed_s.append(heard - finished)
                 if not fut.done():
                     fut.set_result(Outcome(row["status"], finished - due, now))
+
+
+async def watcher_connection(dsn: str) -> asyncpg.Connection:
+    """The watcher's connection, named as a saga-end listener so that the stack hints it."""
+    return await asyncpg.connect(dsn, server_settings={
+        "application_name": LISTENER_APP_NAME.replace("%", "bench")})
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -16,7 +16,7 @@ import asyncpg
 from bench.breakdown import hop_breakdown
 from bench.latency import LatencyConfig, latency_phase, latency_targets
 from bench.limits import kafka_round_trip, postgres_write_rate
-from bench.load import Driver, LoadResult
+from bench.load import Driver, LoadResult, watcher_connection
 from bench.profiles import summarise_profiles
 from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
 from bench.stack import KAFKA_BROKER, RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
@@ -136,7 +136,7 @@ async def _driver(stack: Stack, saga_name: str, steps: int, poll_interval: float
     publishing = await start_command_publishing(
         store, CoordinatorSettings(dsn=stack.coordinator_dsn, kafka_bootstrap=stack.kafka),
         name="bench-driver", direct=stack.driver_publishes)
-    conn = await asyncpg.connect(stack.coordinator_dsn)
+    conn = await watcher_connection(stack.coordinator_dsn)
     driver = Driver(store, conn, saga_name, steps, tag=uuid.uuid4().hex[:6],
                     poll_interval=poll_interval)
     try:

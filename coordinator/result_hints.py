@@ -8,13 +8,21 @@ cluster-wide notify lock, see ``outbox_relay.waker``). The API LISTENs on one co
 own (:class:`SagaEndWaiters`) and wakes the long polls of ``GET /sagas/{id}/result`` waiting
 on those ids. Hints are best effort: a long poll still re-reads its saga by itself, backing off
 to once a second, so a lost hint only makes it answer later.
+
+Hints cost CPU (bench/README.md, "Stop 34"), so they flow only while someone waits: the API
+keeps its LISTEN connection only while it has long polls (and :data:`LISTENER_IDLE` after the
+last), and a sender hints only while such a connection exists (a look at
+``pg_stat_activity`` for :data:`LISTENER_APP_NAME` at most every :data:`LOOK_EVERY` seconds,
+only when it has ends to report). The first long polls after a quiet spell may wait for the
+sender's next look and answer on their own re-reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
@@ -38,6 +46,16 @@ _HINT: Final = ("SELECT set_config('synchronous_commit', 'off', true),"
                 " pg_notify('sagaflow_saga_ended', $1)")
 #: Ids per notification: 36 characters and a space each, under Postgres's 8,000-byte payload.
 _IDS_PER_HINT: Final = 200
+#: A listener's ``application_name`` matches this (``LIKE``): ``sagaflow-<name>-result-hints``.
+LISTENER_APP_NAME: Final = "sagaflow-%-result-hints"
+_ANYONE_LISTENING: Final = """
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+               WHERE datname = current_database() AND application_name LIKE $1)
+"""
+#: Seconds a sender trusts its last look for listeners.
+LOOK_EVERY: Final = 5.0
+#: Seconds the API keeps listening after its last long poll ended.
+LISTENER_IDLE: Final = 30.0
 
 
 def _ended(status: Status) -> bool:
@@ -53,6 +71,10 @@ class SagaEndHints(RelayWaker):
     def __init__(self, pool: asyncpg.Pool) -> None:
         super().__init__(pool)
         self._ids: dict[str, None] = {}
+        self._listened = False
+        self._look_after = 0.0
+        #: Ids left unsent because nobody listened (for tests and logs).
+        self.dropped = 0
 
     def on_changes(self, changes: Sequence[Change]) -> None:
         """After a commit: remember the sagas it ended (no I/O)."""
@@ -64,6 +86,13 @@ class SagaEndHints(RelayWaker):
     async def _send(self) -> None:
         ids, self._ids = list(self._ids), {}
         async with self._pool.acquire() as conn:
+            now = time.monotonic()
+            if now >= self._look_after:
+                self._listened = bool(await conn.fetchval(_ANYONE_LISTENING, LISTENER_APP_NAME))
+                self._look_after = now + LOOK_EVERY
+            if not self._listened:
+                self.dropped += len(ids)
+                return
             for at in range(0, len(ids), _IDS_PER_HINT):
                 await conn.execute(_HINT, " ".join(ids[at:at + _IDS_PER_HINT]))
                 self.sent += 1
@@ -83,30 +112,39 @@ async def start_saga_end_hints(store: SagaStore, settings: CoordinatorSettings
 
 class SagaEndWaiters:
     """Wakes whoever waits on a saga when its end is hinted, over one LISTEN connection of
-    its own to ``dsn``. After a (re)connect every waiter is woken, since a hint may have been
-    missed meanwhile."""
+    its own to ``dsn``, open while anyone waits and ``idle`` seconds (default
+    :data:`LISTENER_IDLE`) after. After a (re)connect every waiter is woken, since a hint
+    may have been missed meanwhile."""
 
-    def __init__(self, dsn: str, *, name: str = "api") -> None:
+    def __init__(self, dsn: str, *, name: str = "api", idle: float | None = None) -> None:
         self._waiting: dict[UUID, set[asyncio.Event]] = {}
+        self._idle = LISTENER_IDLE if idle is None else idle
+        self._idle_stop: asyncio.TimerHandle | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._listener = HintListener(
             lambda: asyncpg.connect(dsn, server_settings={
-                "application_name": f"sagaflow-{name}-result-hints"}),
+                "application_name": LISTENER_APP_NAME.replace("%", name)}),
             CHANNEL, self._on_hint, name=name)
 
     @property
     def listening(self) -> bool:
         return self._listener.listening
 
-    async def start(self) -> None:
-        await self._listener.start()
-
     async def stop(self) -> None:
+        if self._idle_stop is not None:
+            self._idle_stop.cancel()
+            self._idle_stop = None
         await self._listener.stop()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
-    @contextlib.contextmanager
-    def watching(self, saga_id: UUID) -> Iterator[asyncio.Event]:
+    @contextlib.asynccontextmanager
+    async def watching(self, saga_id: UUID) -> AsyncIterator[asyncio.Event]:
         """An event set when ``saga_id``'s end is hinted; clear it before each read of the
         saga, so a hint that comes between the read and the wait is not lost."""
+        if self._idle_stop is not None:
+            self._idle_stop.cancel()
+            self._idle_stop = None
+        await self._listener.start()
         event = asyncio.Event()
         self._waiting.setdefault(saga_id, set()).add(event)
         try:
@@ -117,6 +155,17 @@ class SagaEndWaiters:
                 events.discard(event)
                 if not events:
                     del self._waiting[saga_id]
+            if not self._waiting and self._idle_stop is None:
+                self._idle_stop = asyncio.get_running_loop().call_later(
+                    self._idle, self._stop_idle)
+
+    def _stop_idle(self) -> None:
+        """Nobody waited for ``idle`` seconds: close the connection (senders stop hinting
+        at their next look)."""
+        self._idle_stop = None
+        task = asyncio.create_task(self._listener.stop())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _on_hint(self, payload: str | None) -> None:
         if payload is None:

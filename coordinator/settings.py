@@ -66,8 +66,10 @@ class CoordinatorSettings(BaseSettings):
     timer_hints: bool = True
     #: After a commit that ended sagas (finished or dead), NOTIFY their ids on
     #: ``sagaflow_saga_ended`` in a transaction of its own (the ids of commits meanwhile share
-    #: the next one), and in the API LISTEN there on one pool connection: ``GET
-    #: /sagas/{id}/result`` then answers as soon as the saga ends. Off (or behind a
+    #: the next one), and in the API LISTEN there on a connection of its own: ``GET
+    #: /sagas/{id}/result`` then answers as soon as the saga ends. Only while someone waits:
+    #: the API listens while it has long polls (and 30 s after), and a process hints only
+    #: while such a listener is connected (it looks every 5 s at most). Off (or behind a
     #: transaction-pooling PgBouncer, which drops notifications), a long poll re-reads its saga
     #: after 50 ms, then ever more slowly, up to once a second.
     result_hints: bool = True

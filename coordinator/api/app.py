@@ -105,8 +105,6 @@ def create_app(
             wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None),
             saga_ends=ends)
         try:
-            if ends is not None:
-                await ends.start()
             if runner is not None:
                 await runner.start()
             yield

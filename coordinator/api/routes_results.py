@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -74,7 +74,7 @@ async def saga_result(
     if not 0 <= seconds <= MAX_WAIT_S:
         raise BadRequest(f"wait must be from 0 to {MAX_WAIT_S:g}s", code="invalid_wait")
     deadline, pause = time.monotonic() + seconds, _FIRST_PAUSE
-    with _hinted(ctx, saga_id) as ended:
+    async with _hinted(ctx, saga_id) as ended:
         while True:
             ended.clear()  # before the read: a hint during it is not lost
             record = await ctx.store.get_saga(saga_id)
@@ -88,11 +88,11 @@ async def saga_result(
             pause = min(pause * 2, _LONGEST_PAUSE)
 
 
-@contextlib.contextmanager
-def _hinted(ctx: Context, saga_id: UUID) -> Iterator[asyncio.Event]:
+@contextlib.asynccontextmanager
+async def _hinted(ctx: Context, saga_id: UUID) -> AsyncIterator[asyncio.Event]:
     """The event the saga's end hint sets (one never set when hints are off)."""
     if ctx.saga_ends is None:
         yield asyncio.Event()
         return
-    with ctx.saga_ends.watching(saga_id) as event:
+    async with ctx.saga_ends.watching(saga_id) as event:
         yield event

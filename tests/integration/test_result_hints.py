@@ -1,7 +1,8 @@
 """Saga-end hints on real Postgres: the result long poll of the API answers when another
 store (a worker's) ends the saga, although the poll's own re-reads are switched off; it does
 so again after its LISTEN connection is killed; other sagas' ends and foreign payloads wake
-nobody."""
+nobody; hints flow only while the API has long polls (its connection closes when idle, and
+the sender stops hinting)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ import httpx
 import pytest
 
 import coordinator.api.routes_results as routes_results
+import coordinator.result_hints as result_hints
 from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.engine import ReplyReceived
 from coordinator.registry import SagaRegistry
-from coordinator.result_hints import CHANNEL, SagaEndWaiters, start_saga_end_hints
+from coordinator.result_hints import (
+    CHANNEL,
+    SagaEndHints,
+    SagaEndWaiters,
+    start_saga_end_hints,
+)
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
@@ -34,12 +41,17 @@ def no_rereads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routes_results, "_LONGEST_PAUSE", 3600.0)
 
 
+Setup = tuple[httpx.AsyncClient, SagaEndWaiters, SagaEndHints, SagaStore]
+
+
 @pytest.fixture
-async def api_and_worker(fresh_db: str, topic_prefix: str
-                         ) -> AsyncIterator[tuple[httpx.AsyncClient, SagaStore, SagaStore]]:
-    """The API app on a store of its own, and the "worker": another store on the same
-    database whose commits send saga-end hints."""
+async def api_and_worker(fresh_db: str, topic_prefix: str, monkeypatch: pytest.MonkeyPatch
+                         ) -> AsyncIterator[Setup]:
+    """The API app on a store of its own (its listener idles out after 0.5 s), and the
+    "worker": another store on the same database whose commits send saga-end hints."""
     await migrated(fresh_db)
+    monkeypatch.setattr(result_hints, "LISTENER_IDLE", 0.5)
+    monkeypatch.setattr(result_hints, "LOOK_EVERY", 0.2)
     registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitPayment])
     async with (await SagaStore.open(fresh_db, registry, max_size=4) as api_store,
                 await SagaStore.open(fresh_db, registry, max_size=2) as worker_store):
@@ -51,9 +63,7 @@ async def api_and_worker(fresh_db: str, topic_prefix: str
             async with app.router.lifespan_context(app), httpx.AsyncClient(
                     transport=httpx.ASGITransport(app=app), base_url="http://api",
                     headers={"Authorization": f"Bearer {OPERATOR}"}) as http:
-                ends: SagaEndWaiters = app.state.ctx.saga_ends
-                await _until(lambda: ends.listening, "the API listening")
-                yield http, api_store, worker_store
+                yield http, app.state.ctx.saga_ends, hints, worker_store
         finally:
             await hints.stop()
 
@@ -96,12 +106,13 @@ async def _long_poll(http: httpx.AsyncClient, saga_id: str) -> dict[str, Any]:
 
 
 async def test_the_long_poll_answers_on_the_hint_of_another_store(
-    api_and_worker: tuple[httpx.AsyncClient, SagaStore, SagaStore], no_rereads: None,
+    api_and_worker: Setup, no_rereads: None,
 ) -> None:
-    http, _, worker_store = api_and_worker
+    http, ends, _, worker_store = api_and_worker
     saga_id, other = await _start(http, "o-1"), await _start(http, "o-2")
     waiter = asyncio.create_task(_long_poll(http, saga_id))
     bystander = asyncio.create_task(_long_poll(http, other))
+    await _until(lambda: ends.listening, "the API listening")
     await asyncio.sleep(0.3)  # both read their saga once and wait
     assert not waiter.done() and not bystander.done()
     await _finish(worker_store, http, saga_id)
@@ -113,11 +124,12 @@ async def test_the_long_poll_answers_on_the_hint_of_another_store(
 
 
 async def test_waiters_are_woken_after_a_reconnect_and_foreign_payloads_are_ignored(
-    api_and_worker: tuple[httpx.AsyncClient, SagaStore, SagaStore], no_rereads: None,
+    api_and_worker: Setup, no_rereads: None,
 ) -> None:
-    http, _, worker_store = api_and_worker
+    http, ends, _, worker_store = api_and_worker
     saga_id = await _start(http, "o-3")
     waiter = asyncio.create_task(_long_poll(http, saga_id))
+    await _until(lambda: ends.listening, "the API listening")
     await asyncio.sleep(0.3)
     async with worker_store.pool.acquire() as conn:
         await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, "not-a-saga-id  also-not")
@@ -133,3 +145,23 @@ async def test_waiters_are_woken_after_a_reconnect_and_foreign_payloads_are_igno
     await _finish(worker_store, http, saga_id)
     outcome = await asyncio.wait_for(waiter, 15)
     assert outcome["status"] == "completed"
+
+
+async def test_hints_flow_only_while_someone_waits(api_and_worker: Setup) -> None:
+    http, ends, hints, worker_store = api_and_worker
+    unwatched = await _start(http, "o-4")
+    await _finish(worker_store, http, unwatched)  # no long poll: the API does not listen
+    await _until(lambda: hints.dropped == 1, "the end left unsent")
+    assert hints.sent == 0 and not ends.listening
+    watched = await _start(http, "o-5")
+    waiter = asyncio.create_task(_long_poll(http, watched))
+    await _until(lambda: ends.listening, "the API listening for its long poll")
+    await asyncio.sleep(result_hints.LOOK_EVERY)  # the sender's next look sees the listener
+    await _finish(worker_store, http, watched)
+    assert (await asyncio.wait_for(waiter, 10))["status"] == "completed"
+    await _until(lambda: hints.sent == 1, "the end hinted")
+    await _until(lambda: not ends.listening, "the idle listener closed")
+    async with worker_store.pool.acquire() as conn:
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
+            result_hints.LISTENER_APP_NAME)
