@@ -47,11 +47,18 @@ class HintListener:
             self._task = asyncio.create_task(self._run(), name=f"{self._name}-{self._channel}")
 
     async def stop(self) -> None:
+        task = self.stop_soon()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def stop_soon(self) -> asyncio.Task[None] | None:
+        """Cancel the listening task now (a later :meth:`start` begins a new one); returns it,
+        to be awaited if the caller needs it finished."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        return task
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         self.received += 1

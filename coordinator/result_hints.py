@@ -163,9 +163,10 @@ class SagaEndWaiters:
         """Nobody waited for ``idle`` seconds: close the connection (senders stop hinting
         at their next look)."""
         self._idle_stop = None
-        task = asyncio.create_task(self._listener.stop())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        task = self._listener.stop_soon()
+        if task is not None:
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _on_hint(self, payload: str | None) -> None:
         if payload is None:
