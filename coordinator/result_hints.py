@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from coordinator.store import SagaStore
     from coordinator.store._writes import Change
 
-__all__ = ["CHANNEL", "SagaEndHints", "SagaEndWaiters", "start_saga_end_hints"]
+__all__ = ["CHANNEL", "LISTENER_APP_NAME", "SagaEndHints", "SagaEndWaiters", "start_saga_end_hints"]
 
 CHANNEL: Final = "sagaflow_saga_ended"
 #: One round trip, one implicit transaction that needs no durability (so no WAL flush wait):
