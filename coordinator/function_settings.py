@@ -2,7 +2,7 @@
 
 Importing pydantic-settings and building :class:`~coordinator.settings.CoordinatorSettings`
 (its Kafka security, durations and every source provider: dotenv, CLI, cloud secrets) costs a
-reply function's cold start ~20 ms, for five values. :class:`FunctionSettings` reads the same
+reply function's cold start ~20 ms, for six values. :class:`FunctionSettings` reads the same
 ``SAGAFLOW_*`` variables, case-insensitively, with the same defaults and bounds (a unit test
 pins them to ``CoordinatorSettings``). ``CoordinatorFunctions`` takes either.
 """
@@ -39,6 +39,9 @@ class FunctionSettings(BaseModel):
     pool_max_size: int = Field(default=10, ge=1)
     #: Most due timers claimed and fired in one transaction of a tick.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
+    #: NOTIFY the ids of the sagas an invocation ended before it returns, while an API waits
+    #: for results (``coordinator.result_hints``).
+    result_hints: bool = True
 
     @field_validator("sagas", mode="before")
     @classmethod

@@ -34,6 +34,7 @@ from participant_sdk.pools import create_pool
 from participant_sdk.records import InboundRecord
 
 if TYPE_CHECKING:  # annotations, or imported by the tick: a reply handler's cold start skips them
+    from coordinator.result_hints import SagaEndHints
     from coordinator.schedules import FireReport, ScheduleFirer
     from coordinator.settings import CoordinatorSettings
     from outbox_relay import RelaySettings, RelayTick, TickReport
@@ -88,6 +89,7 @@ class CoordinatorFunctions:
 
             self.relay = RelayTick(relay, max_shards=relay_max_shards, budget=tick_budget)
         self._store: SagaStore | None = None
+        self._end_hints: SagaEndHints | None = None
         self._firer: ScheduleFirer | None = None
         self._lock = asyncio.Lock()
 
@@ -105,6 +107,11 @@ class CoordinatorFunctions:
                     init=prime_array_codecs,
                 )
                 self._store = SagaStore(pool, self.registry, owns_pool=True)
+                if s.result_hints:
+                    from coordinator.result_hints import SagaEndHints
+
+                    self._end_hints = SagaEndHints(pool)
+                    self._store.add_change_listener(self._end_hints.on_changes)
             return self._store
 
     async def handle_replies(self, records: Sequence[InboundRecord]) -> list[int]:
@@ -134,7 +141,14 @@ class CoordinatorFunctions:
             log.warning("%s batch of %d not applied (%r); redeliver", what, len(records), exc)
             return list(range(len(records)))
         log.debug("%s batch: %s", what, result)
+        await self._hint_ends()
         return []
+
+    async def _hint_ends(self) -> None:
+        """Tell result waiters of the sagas this invocation ended, before it returns (the
+        instance may be frozen afterwards: no background task)."""
+        if self._end_hints is not None:
+            await self._end_hints.send_pending()
 
     def signals(self) -> RecordBatch:
         """The signal batch as a :data:`~participant_sdk.functions.RecordBatch`."""
@@ -156,6 +170,7 @@ class CoordinatorFunctions:
             timers += fired
             if fired < limit or loop.time() >= deadline:
                 break
+        await self._hint_ends()
         report = await self.relay() if self.relay is not None else None
         return TickOutcome(schedules, timers, report)
 
@@ -184,7 +199,7 @@ class CoordinatorFunctions:
         """Close the relay tick and the store (idempotent)."""
         if self.relay is not None:
             await self.relay.close()
-        store, self._store, self._firer = self._store, None, None
+        store, self._store, self._firer, self._end_hints = self._store, None, None, None
         if store is not None:
             await store.close()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Final
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from coordinator.store._writes import Change
 
 __all__ = ["CHANNEL", "LISTENER_APP_NAME", "SagaEndHints", "SagaEndWaiters", "start_saga_end_hints"]
+
+log = logging.getLogger(__name__)
 
 CHANNEL: Final = "sagaflow_saga_ended"
 #: One round trip, one implicit transaction that needs no durability (so no WAL flush wait):
@@ -82,6 +85,16 @@ class SagaEndHints(RelayWaker):
             if _ended(change.decision.state.status):
                 self._ids[str(change.saga.saga_id)] = None
                 self.wake()
+
+    async def send_pending(self) -> None:
+        """Send what was collected now, for a caller without the background task (a
+        function instance, which may be frozen once it returns). Best effort."""
+        if not self._ids:
+            return
+        try:
+            await self._send()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.debug("saga-end hint not sent: %r", exc)
 
     async def _send(self) -> None:
         ids, self._ids = list(self._ids), {}

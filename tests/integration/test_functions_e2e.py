@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import asyncpg
 import pytest
 
+from coordinator.result_hints import CHANNEL, LISTENER_APP_NAME
 from coordinator.store import SagaStore
 from examples.order_saga import OrderSaga
 from participant_sdk import command_topic
@@ -44,6 +46,31 @@ async def run_until_settled(stack: FunctionStack, store: SagaStore, ids: list[ob
             return statuses
         await asyncio.sleep(0.05)
     return statuses
+
+
+async def test_the_reply_function_hints_result_waiters_before_it_returns(
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    stack = FunctionStack(fresh_db, kafka_bootstrap, topic_prefix, [OrderSaga])
+    await stack.setup()
+    store = await SagaStore.open(fresh_db, stack.registry, min_size=1, max_size=2)
+    heard: list[str] = []
+    listener = await asyncpg.connect(fresh_db, server_settings={
+        "application_name": LISTENER_APP_NAME.replace("%", "test")})
+    await listener.add_listener(CHANNEL, lambda *args: heard.extend(args[3].split()))
+    try:
+        ids = [(await store.start_saga("order", order(i))).record.saga_id for i in range(2)]
+        statuses = await run_until_settled(stack, store, ids)
+        assert set(statuses.values()) == {"completed"}
+        for _ in range(100):  # the notifications were sent before the functions returned
+            if len(heard) >= len(ids):
+                break
+            await asyncio.sleep(0.02)
+        assert sorted(heard) == sorted(str(i) for i in ids)
+    finally:
+        await listener.close()
+        await store.close()
+        await stack.close()
 
 
 @pytest.mark.parametrize("structured", [False, True], ids=["binary", "structured"])
