@@ -2,6 +2,7 @@
 
 Sagas are started through :meth:`SagaStore.start_saga`, as the API does. One watcher task
 polls the ``sagas`` rows of the sagas still in flight (a primary-key lookup of those ids only)
+when the stack's saga-end hints name one of them (or on a timer, for a stack that sends none)
 and resolves each saga when its status is terminal. Latency is the terminal row's
 ``updated_at`` minus the moment the saga was due to start, so a slow start counts against it.
 """
@@ -94,7 +95,10 @@ class Watcher:
         self.hints += 1
         now = time.time()
         for text in payload.split():
-            saga_id = uuid.UUID(text)
+            try:
+                saga_id = uuid.UUID(text)
+            except ValueError:  # not a hint of the stack's
+                continue
             if saga_id in self.pending:
                 self._heard.setdefault(saga_id, now)
                 self._wake.set()
