@@ -9,7 +9,7 @@ own (:class:`SagaEndWaiters`) and wakes the long polls of ``GET /sagas/{id}/resu
 on those ids. Hints are best effort: a long poll still re-reads its saga by itself, backing off
 to once a second, so a lost hint only makes it answer later.
 
-Hints cost CPU (bench/README.md, "Stop 34"), so they flow only while someone waits: the API
+Hints cost CPU (bench/README.md, "Stop 33"), so they flow only while someone waits: the API
 keeps its LISTEN connection only while it has long polls (and :data:`LISTENER_IDLE` after the
 last), and a sender hints only while such a connection exists (a look at
 ``pg_stat_activity`` for :data:`LISTENER_APP_NAME` at most every :data:`LOOK_EVERY` seconds,
