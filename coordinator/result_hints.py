@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from coordinator.store import SagaStore
     from coordinator.store._writes import Change
 
-__all__ = ["CHANNEL", "LISTENER_APP_NAME", "SagaEndHints", "SagaEndWaiters", "start_saga_end_hints"]
+__all__ = ["CHANNEL", "LISTENER_APP_NAME", "SagaEndHints", "SagaEndWaiters", "ended",
+           "start_saga_end_hints"]
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,9 @@ LOOK_EVERY: Final = 5.0
 LISTENER_IDLE: Final = 30.0
 
 
-def _ended(status: Status) -> bool:
-    """The statuses a result waiter stops at: finished, or dead (waiting for an operator)."""
+def ended(status: Status) -> bool:
+    """Whether a result waiter stops at ``status``: finished, or dead (waiting for an
+    operator)."""
     return status.is_terminal or status is Status.DEAD
 
 
@@ -82,7 +84,7 @@ class SagaEndHints(RelayWaker):
     def on_changes(self, changes: Sequence[Change]) -> None:
         """After a commit: remember the sagas it ended (no I/O)."""
         for change in changes:
-            if _ended(change.decision.state.status):
+            if ended(change.decision.state.status):
                 self._ids[str(change.saga.saga_id)] = None
                 self.wake()
 
@@ -98,8 +100,11 @@ class SagaEndHints(RelayWaker):
 
     async def _send(self) -> None:
         ids, self._ids = list(self._ids), {}
+        now = time.monotonic()
+        if now < self._look_after and not self._listened:  # nobody listens: no I/O at all
+            self.dropped += len(ids)
+            return
         async with self._pool.acquire() as conn:
-            now = time.monotonic()
             if now >= self._look_after:
                 self._listened = bool(await conn.fetchval(_ANYONE_LISTENING, LISTENER_APP_NAME))
                 self._look_after = now + LOOK_EVERY

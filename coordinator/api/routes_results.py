@@ -22,6 +22,7 @@ from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import BadRequest, NotFound
 from coordinator.engine import Status
+from coordinator.result_hints import ended
 from coordinator.store import SagaRecord
 from participant_sdk.durations import parse_duration
 
@@ -50,8 +51,7 @@ class ResultOut(BaseModel):
 
 
 def _done(record: SagaRecord) -> bool:
-    status = Status(record.status)
-    return status.is_terminal or status is Status.DEAD
+    return ended(Status(record.status))
 
 
 def _out(record: SagaRecord) -> ResultOut:

@@ -4,6 +4,8 @@ the test's triggers, in the event shapes the real triggers send, on real Postgre
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -48,19 +50,33 @@ async def run_until_settled(stack: FunctionStack, store: SagaStore, ids: list[ob
     return statuses
 
 
+@contextlib.asynccontextmanager
+async def order_stack(fresh_db: str, kafka_bootstrap: str, topic_prefix: str, *,
+                      structured: bool = False) -> AsyncIterator[tuple[FunctionStack, SagaStore]]:
+    """The order saga's function stack, set up, and a store to start and read sagas."""
+    stack = FunctionStack(fresh_db, kafka_bootstrap, topic_prefix, [OrderSaga],
+                          structured=structured)
+    await stack.setup()
+    store = await SagaStore.open(fresh_db, stack.registry, min_size=1, max_size=2)
+    try:
+        yield stack, store
+    finally:
+        await store.close()
+        await stack.close()
+
+
 async def test_the_reply_function_hints_result_waiters_before_it_returns(
     fresh_db: str, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    stack = FunctionStack(fresh_db, kafka_bootstrap, topic_prefix, [OrderSaga])
-    await stack.setup()
-    store = await SagaStore.open(fresh_db, stack.registry, min_size=1, max_size=2)
     heard: list[str] = []
     listener = await asyncpg.connect(fresh_db, server_settings={
         "application_name": LISTENER_APP_NAME.replace("%", "test")})
     await listener.add_listener(CHANNEL, lambda *args: heard.extend(args[3].split()))
     try:
-        ids = [(await store.start_saga("order", order(i))).record.saga_id for i in range(2)]
-        statuses = await run_until_settled(stack, store, ids)
+        async with order_stack(fresh_db, kafka_bootstrap, topic_prefix) as (stack, store):
+            ids = [(await store.start_saga("order", order(i))).record.saga_id
+                   for i in range(2)]
+            statuses = await run_until_settled(stack, store, ids)
         assert set(statuses.values()) == {"completed"}
         for _ in range(100):  # the notifications were sent before the functions returned
             if len(heard) >= len(ids):
@@ -69,19 +85,14 @@ async def test_the_reply_function_hints_result_waiters_before_it_returns(
         assert sorted(heard) == sorted(str(i) for i in ids)
     finally:
         await listener.close()
-        await store.close()
-        await stack.close()
 
 
 @pytest.mark.parametrize("structured", [False, True], ids=["binary", "structured"])
 async def test_sagas_run_end_to_end_as_functions(
     fresh_db: str, kafka_bootstrap: str, topic_prefix: str, structured: bool
 ) -> None:
-    stack = FunctionStack(fresh_db, kafka_bootstrap, topic_prefix, [OrderSaga],
-                          structured=structured)
-    await stack.setup()
-    store = await SagaStore.open(fresh_db, stack.registry, min_size=1, max_size=2)
-    try:
+    async with order_stack(fresh_db, kafka_bootstrap, topic_prefix,
+                           structured=structured) as (stack, store):
         ids = [(await store.start_saga("order", order(i))).record.saga_id for i in range(4)]
         broke = (await store.start_saga("order", order(9, "broke"))).record.saga_id
         statuses = await run_until_settled(stack, store, [*ids, broke])
@@ -90,9 +101,6 @@ async def test_sagas_run_end_to_end_as_functions(
         assert all(t.invocations for t in stack.lambdas.values())
         assert all(r == {"batchItemFailures": []} for t in stack.lambdas.values()
                    for r in t.responses)
-    finally:
-        await store.close()
-        await stack.close()
 
 
 async def test_a_poison_command_does_not_fail_its_lambda_batch(
@@ -100,29 +108,26 @@ async def test_a_poison_command_does_not_fail_its_lambda_batch(
 ) -> None:
     from aiokafka import AIOKafkaProducer
 
-    stack = FunctionStack(fresh_db, kafka_bootstrap, topic_prefix, [OrderSaga])
-    await stack.setup()
-    store = await SagaStore.open(fresh_db, stack.registry, min_size=1, max_size=2)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await producer.start()
     try:
-        saga = (await store.start_saga("order", order(1))).record.saga_id
-        await stack.scheduled_tick()  # the relay publishes the first command
-        # A poison record lands in the same partition as the saga's command.
-        await producer.send_and_wait(command_topic("payments", topic_prefix), b"\x00poison",
-                                     key=str(saga).encode())
-        statuses = await run_until_settled(stack, store, [saga])
-        assert statuses == {saga: "completed"}
-        responses = stack.lambdas["payments"].responses
-        assert responses and all(r == {"batchItemFailures": []} for r in responses)
-        async with store.pool.acquire() as conn:
-            kept = await conn.fetch("SELECT payload FROM sagaflow_dead_letters WHERE source = $1",
-                                    "participant:payments")
-        assert [bytes(r["payload"]) for r in kept] == [b"\x00poison"]
+        async with order_stack(fresh_db, kafka_bootstrap, topic_prefix) as (stack, store):
+            saga = (await store.start_saga("order", order(1))).record.saga_id
+            await stack.scheduled_tick()  # the relay publishes the first command
+            # A poison record lands in the same partition as the saga's command.
+            await producer.send_and_wait(command_topic("payments", topic_prefix),
+                                         b"\x00poison", key=str(saga).encode())
+            statuses = await run_until_settled(stack, store, [saga])
+            assert statuses == {saga: "completed"}
+            responses = stack.lambdas["payments"].responses
+            assert responses and all(r == {"batchItemFailures": []} for r in responses)
+            async with store.pool.acquire() as conn:
+                kept = await conn.fetch(
+                    "SELECT payload FROM sagaflow_dead_letters WHERE source = $1",
+                    "participant:payments")
+            assert [bytes(r["payload"]) for r in kept] == [b"\x00poison"]
     finally:
         await producer.stop()
-        await store.close()
-        await stack.close()
 
 
 async def test_a_database_outage_asks_the_trigger_to_redeliver_the_whole_batch(
