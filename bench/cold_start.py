@@ -36,8 +36,8 @@ import asyncpg
 
 from bench.stack import REPO, RESULTS
 from coordinator.migrations import migrate
+from coordinator.sagas.loading import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker.loading import build_registry
 from examples.services import payments
 from outbox_relay import OutboxMessage, enqueue, install
 from participant_sdk.protocol import (
@@ -70,8 +70,8 @@ print(json.dumps({"import": t_import, "done": time.time(), "out": out, "heavy": 
 #: row with ``CoordinatorSettings`` shows what pydantic-settings adds to a cold start.
 CHILDREN: dict[str, str] = {
     "coordinator reply batch (Lambda Kafka event)": """
-from coordinator.functions import CoordinatorFunctions, FunctionSettings
-from coordinator.worker.loading import build_registry
+from coordinator.runtime.functions import CoordinatorFunctions, FunctionSettings
+from coordinator.sagas.loading import build_registry
 t_import = time.time()
 fns = CoordinatorFunctions(
     FunctionSettings.from_env(dsn=cfg['dsn'], topic_prefix=cfg['prefix'], pool_max_size=2),
@@ -79,9 +79,9 @@ fns = CoordinatorFunctions(
 out = fns.lambda_replies()(cfg['event'], None)
 """,
     "coordinator reply batch, CoordinatorSettings": """
-from coordinator.functions import CoordinatorFunctions
-from coordinator.settings import CoordinatorSettings
-from coordinator.worker.loading import build_registry
+from coordinator.runtime.functions import CoordinatorFunctions
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.sagas.loading import build_registry
 t_import = time.time()
 fns = CoordinatorFunctions(
     CoordinatorSettings(dsn=cfg['dsn'], topic_prefix=cfg['prefix'], pool_max_size=2),
@@ -90,8 +90,8 @@ out = fns.lambda_replies()(cfg['event'], None)
 """,
     "coordinator reply (Knative CloudEvent, ASGI)": """
 import asyncio
-from coordinator.functions import CoordinatorFunctions, FunctionSettings
-from coordinator.worker.loading import build_registry
+from coordinator.runtime.functions import CoordinatorFunctions, FunctionSettings
+from coordinator.sagas.loading import build_registry
 from participant_sdk.functions import cloudevents_app
 t_import = time.time()
 fns = CoordinatorFunctions(
@@ -279,8 +279,8 @@ async def idle_tick_cost(prepared: Prepared, ticks: int = 20) -> dict[str, float
     """Database transactions of one tick (schedules, timers, relay) when nothing is due. A
     warm instance's backends flush their statistics when they exit, so the pool is closed
     before the second reading."""
-    from coordinator.functions import CoordinatorFunctions
-    from coordinator.settings import CoordinatorSettings
+    from coordinator.config.settings import CoordinatorSettings
+    from coordinator.runtime.functions import CoordinatorFunctions
     from outbox_relay import RelaySettings
 
     def build() -> CoordinatorFunctions:

@@ -42,7 +42,7 @@ from bench.stack import cpu_seconds, dsn_for
 from coordinator.engine import ReplyReceived, compile_saga
 from coordinator.engine.simulate import Simulator
 from coordinator.migrations import migrate
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import PendingEvent, SagaStore
 from coordinator.store.nodes import NodeWrites, spine_json
 from participant_sdk.protocol import Outcome, decode_command, make_reply

@@ -38,10 +38,10 @@ from bench.load import Driver, Outcome, watcher_connection
 from bench.runner import WARMUP_SAGAS, _costs, _guarded, _snapshot
 from bench.sagas import Tcc3
 from bench.stack import Stack
-from coordinator.relay_wake import start_relay_waker
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.hints.relay import start_relay_waker
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker import build_registry
 
 SAGAS = ["bench.sagas:Tcc3", "bench.foreach_sagas:ShipEach"]
 

@@ -15,8 +15,8 @@ from typing import Any
 from pydantic import Field
 
 from bench.sagas import BenchInput
-from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext
-from coordinator.flow import ForEach
+from coordinator.language.nodes import ForEach
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext
 
 __all__ = ["CONCURRENCY", "MAX_LINES", "ForEachInput", "ShipEach"]
 

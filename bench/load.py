@@ -20,8 +20,8 @@ from typing import Any
 
 import asyncpg
 
-from coordinator.result_hints import CHANNEL as SAGA_END_CHANNEL
-from coordinator.result_hints import LISTENER_APP_NAME
+from coordinator.runtime.hints.results import CHANNEL as SAGA_END_CHANNEL
+from coordinator.runtime.hints.results import LISTENER_APP_NAME
 from coordinator.store import SagaStore
 
 TERMINAL = ["completed", "compensated", "cancelled"]
@@ -59,9 +59,9 @@ HINTED_FALLBACK_S = 0.1
 class Watcher:
     """Resolves a future per saga id when its row reaches a terminal status.
 
-    It LISTENs for the stack's saga-end hints (``coordinator.result_hints``): a hint naming a
-    saga it waits for triggers a poll at once. Until a first hint arrives (a stack that sends
-    none) it polls every ``interval``; afterwards at most every ``HINTED_FALLBACK_S`` by
+    It LISTENs for the stack's saga-end hints (``coordinator.runtime.hints.results``): a hint
+    naming a saga it waits for triggers a poll at once. Until a first hint arrives (a stack that
+    sends none) it polls every ``interval``; afterwards at most every ``HINTED_FALLBACK_S`` by
     itself. ``noticed_s`` holds, per saga resolved after a hint named it, the time from its
     terminal ``updated_at`` to the hint's arrival: what a result waiter sees of the end.
     """

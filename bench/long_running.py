@@ -49,10 +49,10 @@ from bench.timers import (
     fresh_database,
     start_sleepers,
 )
-from coordinator.definition import Saga, SagaStep
-from coordinator.flow import WaitForSignal
-from coordinator.registry import SagaRegistry
-from coordinator.signal_wire import SignalEnvelope, encode_signal, signal_topic
+from coordinator.language.nodes import WaitForSignal
+from coordinator.language.saga import Saga, SagaStep
+from coordinator.runtime.signal_wire import SignalEnvelope, encode_signal, signal_topic
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import command_topic, reply_topic
 

@@ -20,10 +20,10 @@ from bench.load import Driver, LoadResult, watcher_connection
 from bench.profiles import summarise_profiles
 from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
 from bench.stack import KAFKA_BROKER, RESULTS, Stack, cpu_seconds, proc_status_kb, wait_for
-from coordinator.command_publishing import start_command_publishing
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.publishing import start_command_publishing
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker import build_registry
 from participant_sdk.protocol import command_topic, reply_topic
 
 ALL_SAGAS = [f"bench.sagas:{name}" for name in ("Tcc1", "Tcc3", "Tcc6", "Steps3", "Waiting")]

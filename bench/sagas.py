@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
 
 __all__ = ["ABSENT", "BenchInput", "Steps3", "Tcc1", "Tcc3", "Tcc6", "Waiting", "saga_for_steps"]
 

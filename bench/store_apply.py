@@ -18,10 +18,10 @@ from collections.abc import Sequence
 import asyncpg
 from pydantic import BaseModel
 
-from coordinator.definition import Saga, TccStep
 from coordinator.engine import ReplyReceived
+from coordinator.language.saga import Saga, TccStep
 from coordinator.migrations import migrate
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import PendingEvent, SagaStore
 from participant_sdk.protocol import CommandEnvelope, Outcome, decode_command, make_reply
 

@@ -34,11 +34,11 @@ import asyncpg
 from pydantic import BaseModel
 
 from bench.stack import cpu_seconds
-from coordinator.definition import Saga, SagaStep
-from coordinator.flow import Sleep
-from coordinator.gc_tuning import WORKER_GC_THRESHOLDS, tune_gc
+from coordinator.config.gc_tuning import WORKER_GC_THRESHOLDS, tune_gc
+from coordinator.language.nodes import Sleep
+from coordinator.language.saga import Saga, SagaStep
 from coordinator.migrations import migrate
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 
 #: The tables a sleeping saga has rows in (the outbox too: it must stay empty until it wakes).

@@ -30,8 +30,8 @@ import httpx
 from bench.stack import dsn_for
 from bench.standalone import RESULTS, fresh_database
 from coordinator.migrations import migrate
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker import build_registry
 
 SAGA = "examples.order_saga:OrderSaga"
 TOKEN = "bench-operator-token"

@@ -1,7 +1,7 @@
-"""``python -m coordinator``: see :mod:`coordinator.cli`."""
+"""``python -m coordinator``: see :mod:`coordinator.cli.main`."""
 
 import sys
 
-from coordinator.cli import main
+from coordinator.cli.main import main
 
 sys.exit(main())

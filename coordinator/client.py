@@ -32,7 +32,7 @@ from uuid import UUID, uuid4
 import httpx
 from pydantic import BaseModel
 
-from coordinator.definition import Saga
+from coordinator.language.saga import Saga
 
 __all__ = ["SagaApiError", "SagaClient", "SagaClientError"]
 

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from coordinator.definition import Saga
 from coordinator.engine import (
     CompiledSaga,
     ParentRequest,
@@ -41,8 +40,9 @@ from coordinator.engine import (
 from coordinator.engine.decision import ChildStart, Decision, Delivery, TimerRequest
 from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import ChildSaga
-from coordinator.saga_queries import run_query
+from coordinator.language.nodes import ChildSaga
+from coordinator.language.saga import Saga
+from coordinator.sagas.queries import run_query
 from coordinator.store.signals import signal_payload
 from participant_sdk import Participant
 from participant_sdk.testing import ParticipantHarness

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
-from coordinator.flow import ForEach, Race
+from coordinator.language.nodes import ForEach, Race
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
 
 
 class Line(BaseModel):

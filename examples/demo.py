@@ -29,13 +29,13 @@ from typing import Any
 import asyncpg
 from opentelemetry import trace
 
+from coordinator.config.settings import CoordinatorSettings
 from coordinator.engine import ReplyReceived, Status
 from coordinator.migrations import migrate
-from coordinator.relay_wake import start_relay_waker
-from coordinator.settings import CoordinatorSettings
+from coordinator.runtime.hints.relay import start_relay_waker
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
 from coordinator.store.queries import list_children
-from coordinator.worker import build_registry
 from examples.stack import CARRIERS, SAGAS, SERVICES, fresh_database, processes, stack_commands
 from participant_sdk.telemetry import configure as configure_telemetry
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
-from coordinator.flow import ChildSaga, Parallel
+from coordinator.language.nodes import ChildSaga, Parallel
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
 
 
 class OrderInput(BaseModel):

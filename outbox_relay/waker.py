@@ -41,7 +41,7 @@ class RelayWaker:
 
     Sends through ``pool`` (the writers' own pool: a hint holds a connection for one round trip).
     ``statement`` is the hint, a constant like :data:`HINT` (another channel's, for other
-    listeners: ``coordinator.timer_hints``); never built from input.
+    listeners: ``coordinator.runtime.hints.timers``); never built from input.
     """
 
     def __init__(

@@ -26,12 +26,12 @@ from coordinator.api.routes_signals import router as signals_router
 from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.routes_versions import router as versions_router
 from coordinator.api.settings import ApiSettings
-from coordinator.command_publishing import start_command_publishing
 from coordinator.observability.api import ApiMetrics, mount_observability
 from coordinator.observability.settings import ObservabilitySettings
-from coordinator.result_hints import SagaEndWaiters, start_saga_end_hints
+from coordinator.runtime.hints.results import SagaEndWaiters, start_saga_end_hints
+from coordinator.runtime.hints.timers import start_timer_waker
+from coordinator.runtime.publishing import start_command_publishing
 from coordinator.store import SagaStore
-from coordinator.timer_hints import start_timer_waker
 from participant_sdk.pools import create_pool
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def create_app(
 
 
 def _registry(settings: ApiSettings) -> Any:
-    from coordinator.worker.loading import build_registry
+    from coordinator.sagas.loading import build_registry
 
     return build_registry(settings.sagas, topic_prefix=settings.topic_prefix)
 

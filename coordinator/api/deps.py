@@ -13,7 +13,7 @@ from fastapi import Request
 from coordinator.api.errors import ErrorBody
 from coordinator.observability.settings import StuckPolicy
 from coordinator.observability.stuck import stuck_ids
-from coordinator.result_hints import SagaEndWaiters
+from coordinator.runtime.hints.results import SagaEndWaiters
 from coordinator.store import SagaStore
 
 __all__ = ["ERRORS", "Context", "context"]
@@ -47,9 +47,9 @@ class Context:
     stuck_policy: StuckPolicy
     #: Wakes the bulk-repair runner of this process, if it runs one.
     wake_jobs: Callable[[], None]
-    #: Hints the workers that a schedule changed (``coordinator.timer_hints``), if enabled.
+    #: Hints the workers that a schedule changed (``coordinator.runtime.hints.timers``), if enabled.
     wake_workers: Callable[[], None] = lambda: None
-    #: Wakes the result long polls when their saga ends (``coordinator.result_hints``), if
+    #: Wakes the result long polls when their saga ends (``coordinator.runtime.hints.results``), if
     #: enabled.
     saga_ends: SagaEndWaiters | None = None
 

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine import InvalidTransition
-from coordinator.saga_queries import QueryFailed, UnknownQuery
+from coordinator.sagas.queries import QueryFailed, UnknownQuery
 from coordinator.store import (
     InvalidInput,
     InvalidSignalPayload,

@@ -55,7 +55,8 @@ Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
 Admin = Annotated[Principal, Depends(require(Role.ADMIN))]
 LetterId = Annotated[int, Path(ge=1, le=9_223_372_036_854_775_807)]
 
-#: Source of the dead letters the coordinator's reply path writes (coordinator.serverless).
+#: Source of the dead letters the coordinator's reply path writes
+#: (coordinator.runtime.functions.handlers).
 REPLY_SOURCE: Final = "coordinator:replies"
 _ONE_LETTER: Final = (
     'SELECT id, source, topic, partition, "offset", key, headers, payload, reason, '  # noqa: S608

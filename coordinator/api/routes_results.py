@@ -1,7 +1,7 @@
 """The saga's outcome, by long poll: ``GET /sagas/{id}/result?wait=30s`` answers as soon as
 the saga finishes (or goes dead), or when ``wait`` runs out, so a client never loops over
 short sleeps of its own. The process that ends the saga hints this one
-(``coordinator.result_hints``), which then reads the row at once; without a hint the server
+(``coordinator.runtime.hints.results``), which then reads the row at once; without a hint the server
 re-reads it with plain ``SELECT``s, backing off from 50 ms to 1 s (the API and the workers are
 separate processes, and a read takes no lock).
 """
@@ -22,7 +22,7 @@ from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import BadRequest, NotFound
 from coordinator.engine import Status
-from coordinator.result_hints import ended
+from coordinator.runtime.hints.results import ended
 from coordinator.store import SagaRecord
 from participant_sdk.durations import parse_duration
 

@@ -37,8 +37,8 @@ from coordinator.api.models import (
 )
 from coordinator.api.queries import children_of, id_range, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
-from coordinator.diagram import mermaid
 from coordinator.engine import RepairVerb, Status
+from coordinator.sagas.diagram import mermaid
 from coordinator.store import SagaRecord
 
 __all__ = ["router"]

@@ -14,7 +14,7 @@ from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import NotFound
 from coordinator.api.models import Int32, Name
-from coordinator.saga_queries import run_query
+from coordinator.sagas.queries import run_query
 from coordinator.store import SignalResult
 
 __all__ = ["router"]

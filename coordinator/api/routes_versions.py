@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import BadRequest, NotFound
-from coordinator.drain import VersionDrain, drain_report
-from coordinator.machine_diff import diff_machines
+from coordinator.versioning.drain import VersionDrain, drain_report
+from coordinator.versioning.machine_diff import diff_machines
 
 __all__ = ["router"]
 

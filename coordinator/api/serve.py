@@ -6,7 +6,7 @@ import uvicorn
 
 from coordinator.api.app import create_app
 from coordinator.api.settings import ApiSettings
-from coordinator.worker.loading import build_registry
+from coordinator.sagas.loading import build_registry
 
 __all__ = ["serve"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr
 
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
 from participant_sdk.durations import Duration
 
 __all__ = ["ApiSettings"]

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator import flow
-from coordinator.definition import (
+from coordinator.language import nodes as flow
+from coordinator.language.policies import RetryPolicy
+from coordinator.language.saga import (
     Guard,
     Mapper,
     Saga,
@@ -26,7 +27,6 @@ from coordinator.definition import (
     resolve_policy,
     validate_saga_class,
 )
-from coordinator.definition_policies import RetryPolicy
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX, Phase, command_topic, reply_topic
 
 __all__ = [
@@ -355,7 +355,7 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
 
 
 def _check_signal_models(cls: type[Saga], root: CompiledGroup) -> None:
-    from coordinator.definition import DefinitionError
+    from coordinator.language.saga import DefinitionError
 
     models: dict[str, Any] = {}
     for node in walk(root):

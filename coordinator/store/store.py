@@ -41,7 +41,7 @@ from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine.decision import ChildStart, Delivery
 from coordinator.engine.events import ParentRequest, event_from_json
 from coordinator.engine.nested import answer_unknown_child, refuse_child
-from coordinator.flow import MAX_CHILD_DEPTH
+from coordinator.language.nodes import MAX_CHILD_DEPTH
 from coordinator.observability.tracing import traced_start
 from coordinator.store import queries
 from coordinator.store._writes import (
@@ -145,7 +145,7 @@ def utcnow() -> datetime:
 
 
 class RegistryLike(Protocol):
-    """What the store needs from ``coordinator.registry.SagaRegistry``."""
+    """What the store needs from ``coordinator.sagas.registry.SagaRegistry``."""
 
     def get(self, name: str, version: int) -> CompiledSaga: ...
 

@@ -22,8 +22,8 @@ import pytest
 
 from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.migrations import migrate
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker import build_registry
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 from tests.chaos.support.driver import plan_orders
 from tests.chaos.support.stack import SAGAS

@@ -21,9 +21,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordinator.signal_wire import SignalEnvelope, encode_signal, signal_topic
+from coordinator.runtime.signal_wire import SignalEnvelope, encode_signal, signal_topic
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker import build_registry
 from tests.chaos.conftest import MakeStack
 from tests.chaos.support.driver import Order, plan_orders, start_orders
 from tests.chaos.support.long_sagas import APPROVAL

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from coordinator.settings import CoordinatorSettings
-from coordinator.worker import Worker
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
 from participant_sdk.protocol import reply_topic
 from tests.chaos.support.proxy import TcpProxy
 from tests.integration.test_store_support import make_registry, migrated

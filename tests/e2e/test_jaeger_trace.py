@@ -26,9 +26,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from coordinator.engine import Status
 from coordinator.migrations import migrate
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
 from coordinator.ui.trace import fetch_trace
-from coordinator.worker import build_registry
 from examples.stack import SAGA, SERVICES, drop_database, fresh_database, processes, stack_commands
 
 pytestmark = pytest.mark.e2e

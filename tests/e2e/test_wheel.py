@@ -87,7 +87,7 @@ def test_without_extras_the_sdk_imports_and_the_coordinator_names_its_extra(
         installed: tuple[Path, Path]) -> None:
     _, bin_dir = installed
     probe = _run([str(bin_dir / "python"), "-c",
-                  "import participant_sdk, outbox_relay.cli, coordinator.opscli\n"
+                  "import participant_sdk, outbox_relay.cli, coordinator.cli.ops\n"
                   "try:\n    import fastapi\nexcept ModuleNotFoundError:\n    print('no fastapi')"],
                  cwd=bin_dir, timeout=60)
     assert probe.returncode == 0, probe.stderr

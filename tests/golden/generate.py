@@ -20,7 +20,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator.definition import Saga
 from coordinator.engine import compile_saga
 from coordinator.engine.events import (
     Migrated,
@@ -31,12 +30,13 @@ from coordinator.engine.events import (
 )
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
-from coordinator.flow import Patched, SagaStep, Sleep, WaitForSignal
+from coordinator.language.nodes import Patched, SagaStep, Sleep, WaitForSignal
+from coordinator.language.saga import Saga
+from coordinator.runtime.signal_wire import SignalEnvelope
 from coordinator.schedules.calendars import BusinessCalendar
 from coordinator.schedules.model import Overlap, ScheduleDefinition
 from coordinator.schedules.repository import stored_columns
 from coordinator.schedules.spec import IntervalSpec, ScheduleSpec
-from coordinator.signal_wire import SignalEnvelope
 from coordinator.store.nodes import node_writes, spine_json
 from examples.checkout_saga import CheckoutSaga
 from examples.order_saga import OrderInput, OrderSaga

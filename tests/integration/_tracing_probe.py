@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from coordinator.serverless import handle_reply_batch
+from coordinator.runtime.functions.handlers import handle_reply_batch
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome, encode, envelope_headers
 from participant_sdk.telemetry import sagaflow_sampler

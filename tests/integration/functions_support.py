@@ -25,11 +25,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
-from coordinator.definition import Saga
-from coordinator.functions import CoordinatorFunctions
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.language.saga import Saga
 from coordinator.migrations import migrate
-from coordinator.settings import CoordinatorSettings
-from coordinator.worker.loading import build_registry
+from coordinator.runtime.functions import CoordinatorFunctions
+from coordinator.sagas.loading import build_registry
 from examples.services import inventory, payments, shipping
 from outbox_relay import RelaySettings
 from participant_sdk import (

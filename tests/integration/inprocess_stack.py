@@ -15,10 +15,10 @@ from typing import Any
 
 import asyncpg
 
-from coordinator.registry import SagaRegistry
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from outbox_relay import Relay, RelaySettings
 from participant_sdk import Participant, ParticipantRunner, ParticipantSettings
 from participant_sdk.protocol import command_topic, reply_topic

@@ -20,7 +20,7 @@ from uuid import UUID
 import httpx
 import pytest
 
-from coordinator.opscli import main as saga_cli
+from coordinator.cli.ops import main as saga_cli
 from coordinator.store import SagaStore
 from tests.integration.test_api_support import ADMIN, OPERATOR, TOKENS, VIEWER, make_dead
 from tests.integration.test_store_support import ManualClock, make_registry, migrated

@@ -11,9 +11,9 @@ from uuid import UUID, uuid4
 import pytest
 
 from coordinator.api import RepairJobRunner
-from coordinator.definition import Migration, Saga, SagaStep
 from coordinator.engine import ReplyReceived
-from coordinator.registry import SagaRegistry
+from coordinator.language.saga import Migration, Saga, SagaStep
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import CommandEnvelope, Outcome
 from tests.integration.test_api_support import VIEWER, Api, open_api, pump

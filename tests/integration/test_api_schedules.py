@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.opscli import main as saga_cli
+from coordinator.cli.ops import main as saga_cli
 from coordinator.schedules import ScheduleFirer
 from tests.integration.test_api_live import Live, live, seeded_store  # noqa: F401
 from tests.integration.test_api_support import (

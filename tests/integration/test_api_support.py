@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from coordinator.api import ApiSettings, TokenAuth, create_app
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 from tests.integration.test_store_support import (

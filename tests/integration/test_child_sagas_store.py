@@ -15,10 +15,10 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import Saga, SagaStep, TccStep
 from coordinator.engine import OperatorRepair, RepairVerb, ReplyReceived
-from coordinator.flow import MAX_CHILD_DEPTH, ChildSaga, Parallel
-from coordinator.registry import SagaRegistry
+from coordinator.language.nodes import MAX_CHILD_DEPTH, ChildSaga, Parallel
+from coordinator.language.saga import Saga, SagaStep, TccStep
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import CommandEnvelope, Outcome
 from tests.integration.test_store_support import (

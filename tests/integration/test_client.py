@@ -15,7 +15,7 @@ import pytest
 from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.client import SagaApiError, SagaClient
 from coordinator.engine import ReplyReceived
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
 from tests.integration.test_api_support import OPERATOR, TOKENS

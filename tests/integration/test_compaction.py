@@ -14,11 +14,11 @@ from uuid import UUID
 import asyncpg
 import pytest
 
+from coordinator.config.settings import CoordinatorSettings
 from coordinator.engine import ReplyReceived
-from coordinator.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
+from coordinator.runtime.worker.compaction import COMPACTION_LOCK_KEY, CompactionLoop
 from coordinator.store import PendingEvent, SagaStore
-from coordinator.worker import Worker
-from coordinator.worker.compaction import COMPACTION_LOCK_KEY, CompactionLoop
 from participant_sdk.protocol import ErrorKind, Outcome, reply_topic
 from tests.integration.test_store_support import (
     ManualClock,
@@ -69,7 +69,7 @@ async def test_the_worker_checkpoints_long_histories_on_its_schedule(
     settings = _settings(fresh_db, kafka_bootstrap, topic_prefix,
                          compact_interval=timedelta(milliseconds=200),
                          compact_min_events=THRESHOLD, compact_archive=True)
-    with caplog.at_level(logging.INFO, logger="coordinator.worker.compaction"):
+    with caplog.at_level(logging.INFO, logger="coordinator.runtime.worker.compaction"):
         async with Worker(settings, store.registry, store=store, name="w") as worker:
             assert worker.compaction is not None
             deadline = time.monotonic() + 20
@@ -89,7 +89,7 @@ async def test_the_worker_checkpoints_long_histories_on_its_schedule(
     assert verdict.ok and (verdict.from_seq, verdict.replayed_events) == (seq, 0)
     assert (await store.verify(short)).ok
     refused = [r.getMessage() for r in caplog.records
-               if r.name == "coordinator.worker.compaction" and r.levelno == logging.ERROR]
+               if r.name == "coordinator.runtime.worker.compaction" and r.levelno == logging.ERROR]
     assert refused and all(str(tampered) in m and "not checkpointed" in m for m in refused)
 
 

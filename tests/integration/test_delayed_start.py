@@ -10,7 +10,7 @@ from uuid import UUID
 
 import pytest
 
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from tests.integration.test_api_support import Api, open_api
 from tests.integration.test_signals_api import AwaitPayment
 from tests.integration.test_store_support import outbox_commands

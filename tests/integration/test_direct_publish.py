@@ -17,9 +17,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from coordinator.api import ApiSettings, TokenAuth, create_app
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from outbox_relay import Relay, RelaySettings
 from outbox_relay.direct import DirectPublisher, direct_producer_config
 from outbox_relay.message import (

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.opscli import main as saga_cli
-from coordinator.registry import SagaRegistry
+from coordinator.cli.ops import main as saga_cli
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from tests.integration.test_api_support import VIEWER, app_client, bearer
 from tests.integration.test_saga_versions import ShipmentV1, ShipmentV2

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
-from coordinator.result_hints import CHANNEL, LISTENER_APP_NAME
+from coordinator.runtime.hints.results import CHANNEL, LISTENER_APP_NAME
 from coordinator.store import SagaStore
 from examples.order_saga import OrderSaga
 from participant_sdk import command_topic
@@ -133,9 +133,9 @@ async def test_a_poison_command_does_not_fail_its_lambda_batch(
 async def test_a_database_outage_asks_the_trigger_to_redeliver_the_whole_batch(
     fresh_db: str, topic_prefix: str
 ) -> None:
-    from coordinator.functions import CoordinatorFunctions
-    from coordinator.settings import CoordinatorSettings
-    from coordinator.worker.loading import build_registry
+    from coordinator.config.settings import CoordinatorSettings
+    from coordinator.runtime.functions import CoordinatorFunctions
+    from coordinator.sagas.loading import build_registry
     from tests.integration.functions_support import lambda_event
 
     down = fresh_db.rsplit("@", 1)[0] + "@127.0.0.1:9/postgres"  # nothing listens on port 9
@@ -156,10 +156,10 @@ async def test_signals_arrive_through_a_lambda_kafka_event(
     """Another service's outbox signals a waiting saga; the signals topic triggers a function.
     A resend is applied once, a poison record is kept as a dead letter, the batch succeeds."""
 
-    from coordinator.functions import CoordinatorFunctions
-    from coordinator.registry import SagaRegistry
-    from coordinator.settings import CoordinatorSettings
-    from coordinator.signal_wire import SignalEnvelope, encode_signal, signal_topic
+    from coordinator.config.settings import CoordinatorSettings
+    from coordinator.runtime.functions import CoordinatorFunctions
+    from coordinator.runtime.signal_wire import SignalEnvelope, encode_signal, signal_topic
+    from coordinator.sagas.registry import SagaRegistry
     from participant_sdk.functions import FunctionLoop
     from tests.integration.functions_support import lambda_event
     from tests.integration.test_signals_kafka import AwaitApproval

@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
 from outbox_relay.relay import producer_config
 from outbox_relay.settings import RelaySettings
 from participant_sdk.settings import ParticipantSettings

@@ -16,8 +16,8 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep
-from coordinator.flow import Choice, Sleep, WaitForSignal
+from coordinator.language.nodes import Choice, Sleep, WaitForSignal
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep
 from coordinator.store import SagaStore
 from coordinator.testing import SagaRun, SagaTestEnv
 from participant_sdk import (

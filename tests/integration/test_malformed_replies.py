@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from outbox_relay import Relay, RelaySettings
 from participant_sdk.dead_letters import list_dead_letters
 from participant_sdk.protocol import (

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.patterns import order_saga
-from coordinator.registry import SagaRegistry
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.patterns import order_saga
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from participant_sdk.protocol import CommandEnvelope, Outcome, ReplyEnvelope, command_topic
 from tests.integration.test_saga_versions import (
     PARTICIPANTS,

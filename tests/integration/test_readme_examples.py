@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.schedules import DeclaredSchedule
 
 pytestmark = pytest.mark.integration

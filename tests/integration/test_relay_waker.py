@@ -13,8 +13,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
 
-from coordinator.relay_wake import start_relay_waker
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.hints.relay import start_relay_waker
 from coordinator.store import SagaStore
 from outbox_relay import NOTIFY_CHANNEL, Relay, RelayWaker, enqueue, install
 from tests.integration.test_relay_helpers import fast_settings, message

@@ -14,17 +14,17 @@ import httpx
 import pytest
 
 import coordinator.api.routes_results as routes_results
-import coordinator.result_hints as result_hints
+import coordinator.runtime.hints.results as result_hints
 from coordinator.api import ApiSettings, TokenAuth, create_app
+from coordinator.config.settings import CoordinatorSettings
 from coordinator.engine import ReplyReceived
-from coordinator.registry import SagaRegistry
-from coordinator.result_hints import (
+from coordinator.runtime.hints.results import (
     CHANNEL,
     SagaEndHints,
     SagaEndWaiters,
     start_saga_end_hints,
 )
-from coordinator.settings import CoordinatorSettings
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
 from tests.integration.test_api_support import OPERATOR, TOKENS

@@ -15,7 +15,7 @@ import pytest
 import coordinator.migrations
 from bench.foreach_sagas import ShipEach
 from coordinator.engine import ReplyReceived
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import ApplyOutcome, PendingEvent, SagaStore
 from coordinator.store.nodes import dumps, load_stored
 from participant_sdk.protocol import Outcome

@@ -16,11 +16,11 @@ from datetime import timedelta
 
 import pytest
 
-from coordinator.definition import Saga, SagaStep, TccStep
-from coordinator.registry import SagaRegistry
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.language.saga import Saga, SagaStep, TccStep
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from outbox_relay import Relay, RelaySettings
 from participant_sdk.protocol import CommandEnvelope, command_topic, reply_topic
 from tests.integration.test_store_support import (

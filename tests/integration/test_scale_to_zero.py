@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, StepContext, TccStep
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
 from coordinator.store import SagaStore
 from participant_sdk import HandlerContext, Participant, TransientError, on_action
 from tests.integration.functions_support import FunctionStack

@@ -12,7 +12,7 @@ from uuid import UUID
 import pytest
 
 from coordinator.engine import ReplyReceived
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.schedules import (
     DeclaredSchedule,
     IntervalSpec,

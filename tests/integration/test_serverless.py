@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.functions import CoordinatorFunctions, FunctionSettings
-from coordinator.registry import SagaRegistry
-from coordinator.serverless import fire_due_timers, handle_reply_batch
+from coordinator.runtime.functions import CoordinatorFunctions, FunctionSettings
+from coordinator.runtime.functions.handlers import fire_due_timers, handle_reply_batch
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import ApplyOutcome, SagaStore
 from participant_sdk.dead_letters import list_dead_letters
 from participant_sdk.protocol import ErrorKind, Outcome, encode

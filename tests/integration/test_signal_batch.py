@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import Saga
-from coordinator.flow import WaitForSignal
-from coordinator.registry import SagaRegistry
+from coordinator.language.nodes import WaitForSignal
+from coordinator.language.saga import Saga
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import (
     InvalidSignalPayload,
     PendingSignal,

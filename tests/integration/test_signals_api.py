@@ -14,10 +14,10 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import Saga, SagaStep
 from coordinator.engine import ReplyReceived
-from coordinator.flow import WaitForSignal
-from coordinator.registry import SagaRegistry
+from coordinator.language.nodes import WaitForSignal
+from coordinator.language.saga import Saga, SagaStep
+from coordinator.sagas.registry import SagaRegistry
 from participant_sdk.protocol import Outcome
 from tests.integration.test_api_support import OPERATOR, VIEWER, Api, bearer, open_api
 from tests.integration.test_store_support import (

@@ -15,13 +15,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
-from coordinator.definition import Saga
-from coordinator.flow import WaitForSignal
-from coordinator.registry import SagaRegistry
-from coordinator.settings import CoordinatorSettings
-from coordinator.signal_wire import SignalEnvelope, SignalStart, encode_signal, signal_topic
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.language.nodes import WaitForSignal
+from coordinator.language.saga import Saga
+from coordinator.runtime.signal_wire import SignalEnvelope, SignalStart, encode_signal, signal_topic
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from participant_sdk.protocol import reply_topic
 from tests.integration.test_store_support import migrated, verify_all
 from tests.integration.test_worker_support import create_topics

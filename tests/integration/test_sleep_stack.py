@@ -17,9 +17,9 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep
 from coordinator.engine import OperatorRepair, RepairVerb
-from coordinator.flow import Sleep
+from coordinator.language.nodes import Sleep
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep
 from coordinator.store import SagaStore
 from participant_sdk import (
     HandlerContext,

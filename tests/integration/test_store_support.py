@@ -14,10 +14,10 @@ import asyncpg
 import pytest
 from pydantic import BaseModel, Field
 
-from coordinator.definition import Saga, SagaStep, TccStep
-from coordinator.definition_policies import RetryPolicy
+from coordinator.language.policies import RetryPolicy
+from coordinator.language.saga import Saga, SagaStep, TccStep
 from coordinator.migrations import migrate
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import (
     CommandEnvelope,

@@ -11,12 +11,12 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import Saga
 from coordinator.engine import ReplyReceived
-from coordinator.flow import Sleep, WaitForSignal
+from coordinator.language.nodes import Sleep, WaitForSignal
+from coordinator.language.saga import Saga
 from coordinator.observability.settings import StuckPolicy
 from coordinator.observability.stuck import list_stuck, stuck_ids
-from coordinator.registry import SagaRegistry
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from participant_sdk.protocol import Outcome
 from tests.integration.test_signals_api import AwaitPayment

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from coordinator.registry import SagaRegistry
-from coordinator.settings import CoordinatorSettings
-from coordinator.signal_wire import signal_topic
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.hints.timers import TimerHintListener, start_timer_waker
+from coordinator.runtime.signal_wire import signal_topic
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.timer_hints import TimerHintListener, start_timer_waker
-from coordinator.worker import Worker
 from participant_sdk.protocol import reply_topic
 from tests.integration.test_api_support import app_client
 from tests.integration.test_signals_api import AwaitPayment

@@ -15,9 +15,9 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import Saga, SagaStep
-from coordinator.flow import Sleep
-from coordinator.registry import SagaRegistry
+from coordinator.language.nodes import Sleep
+from coordinator.language.saga import Saga, SagaStep
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from tests.integration.test_store_support import migrated
 

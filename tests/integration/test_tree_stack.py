@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
-from coordinator.flow import ChildSaga, Choice, ForEach, Parallel, Race
+from coordinator.language.nodes import ChildSaga, Choice, ForEach, Parallel, Race
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, TccStep
 from coordinator.store import SagaStore
 from participant_sdk import (
     BusinessRejection,

@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from coordinator.registry import SagaRegistry
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from participant_sdk.protocol import command_topic
 from tests.integration.test_saga_versions import (
     ShipmentV1,

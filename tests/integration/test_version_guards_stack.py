@@ -15,12 +15,12 @@ import uuid
 
 import pytest
 
-from coordinator.definition import Saga, SagaStep
-from coordinator.drain import drain_report
-from coordinator.flow import Patched
-from coordinator.registry import SagaRegistry
+from coordinator.language.nodes import Patched
+from coordinator.language.saga import Saga, SagaStep
+from coordinator.runtime.worker import Worker
+from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
+from coordinator.versioning.drain import drain_report
 from participant_sdk.protocol import CommandEnvelope, command_topic
 from tests.integration.test_saga_versions import _settings, _tcc, _wait, relay  # noqa: F401
 from tests.integration.test_store_support import (

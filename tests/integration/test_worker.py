@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
 from coordinator.store import SagaStore
-from coordinator.worker import Worker
 from outbox_relay import Relay, RelaySettings
 from participant_sdk.dead_letters import list_dead_letters
 from participant_sdk.protocol import (

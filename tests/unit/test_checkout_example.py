@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.diagram import mermaid
 from coordinator.engine.compiled import compile_saga
+from coordinator.sagas.diagram import mermaid
 from examples.checkout_saga import CheckoutSaga
 from examples.services.carriers import DELAY_ENV, CarrierA, CarrierB, carrier_from
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import DefinitionError, Saga, SagaStep, TccStep
 from coordinator.engine import (
     CompiledSaga,
     ParentRequest,
@@ -27,7 +26,8 @@ from coordinator.engine import (
 )
 from coordinator.engine.decision import Decision, Delivery
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import ChildSaga, Parallel
+from coordinator.language.nodes import ChildSaga, Parallel
+from coordinator.language.saga import DefinitionError, Saga, SagaStep, TccStep
 from participant_sdk.protocol import CommandEnvelope, Outcome, Phase
 
 

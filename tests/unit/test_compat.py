@@ -7,8 +7,8 @@ import sys
 
 from pydantic import BaseModel, Field
 
-from coordinator.compat import compare_models
-from coordinator.definition import Saga, TccStep
+from coordinator.language.saga import Saga, TccStep
+from coordinator.versioning.compat import compare_models
 
 
 class Address(BaseModel):
@@ -152,7 +152,7 @@ def _status_loose(_: object) -> StatusLoose:
 
 def _waiting(version: int, payload: type[BaseModel], query: object,
              signal: str = "paid") -> type[Saga]:
-    from coordinator.flow import Parallel, WaitForSignal
+    from coordinator.language.nodes import Parallel, WaitForSignal
 
     return type(f"Wait{version}", (Saga,), {
         "name": "wait", "version": version, "input_model": OrderV1,
@@ -162,7 +162,7 @@ def _waiting(version: int, payload: type[BaseModel], query: object,
 
 
 def test_signals_are_compared_as_sent_and_queries_as_read() -> None:
-    from coordinator.compat import compare_sagas
+    from coordinator.versioning.compat import compare_sagas
 
     same = compare_sagas(_waiting(1, Paid, _status), _waiting(2, Paid, _status))
     assert not any(c.breaking for c in same)

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from coordinator.diagram import load_saga_class
 from coordinator.engine.compiled import compile_saga
+from coordinator.sagas.diagram import load_saga_class
 from examples.stack import SAGAS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from coordinator.api.settings import ApiSettings
-from coordinator.config_reference import field_docs, render
+from coordinator.cli.config_reference import field_docs, render
+from coordinator.config.settings import CoordinatorSettings
 from coordinator.observability.settings import ObservabilitySettings
-from coordinator.settings import CoordinatorSettings
 from coordinator.ui.settings import UiSettings
 from outbox_relay.settings import RelaySettings
 from participant_sdk.durations import format_duration, parse_duration
@@ -115,4 +115,4 @@ def test_every_setting_is_documented() -> None:
 def test_the_configuration_reference_is_current() -> None:
     assert (ROOT / "docs" / "configuration.md").read_text() == render(), (
         "docs/configuration.md is stale: run "
-        "`python -m coordinator.config_reference --write docs/configuration.md`")
+        "`python -m coordinator.cli.config_reference --write docs/configuration.md`")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import coordinator.definition as definition
 import coordinator.engine as engine
-import coordinator.registry as registry
+import coordinator.language.saga as definition
+import coordinator.sagas.registry as registry
 from coordinator.engine import (
     HistoryEntry,
     OperatorRepair,

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from coordinator.definition import (
+from coordinator.language.policies import DEFAULT_ROLLBACK_RETRY, deterministic_fraction
+from coordinator.language.saga import (
     DefinitionError,
     RetryPolicy,
     Saga,
     SagaStep,
     TccStep,
 )
-from coordinator.definition_policies import DEFAULT_ROLLBACK_RETRY, deterministic_fraction
-from coordinator.registry import SagaRegistry, UnknownSaga
+from coordinator.sagas.registry import SagaRegistry, UnknownSaga
 from examples.order_saga import OrderSaga
 from participant_sdk.protocol import ErrorKind
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from coordinator.diagram import main_diagram, mermaid
 from coordinator.engine import compile_saga
 from coordinator.engine.simulate import Simulator
+from coordinator.sagas.diagram import main_diagram, mermaid
 from examples.order_saga import OrderSaga
 from tests.unit.test_engine_fixtures import ORDER_INPUT, WithPivot, compiled
 

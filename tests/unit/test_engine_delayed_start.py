@@ -62,7 +62,7 @@ def test_other_verbs_on_a_scheduled_saga_are_refused() -> None:
 
 
 def test_a_signal_to_a_scheduled_saga_is_kept_for_after_the_start() -> None:
-    from coordinator.flow import WaitForSignal
+    from coordinator.language.nodes import WaitForSignal
 
     sim = Simulator(saga(WaitForSignal("w", "go"), act("b")))
     sim.start({}, start_at=START + timedelta(hours=1))

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
 from coordinator.engine import CompiledSaga, compile_saga
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, TccStep
 from examples.order_saga import OrderSaga
 
 FAST = RetryPolicy(max_attempts=3, initial_backoff=timedelta(seconds=1),

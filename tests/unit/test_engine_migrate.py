@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from coordinator.definition import DefinitionError, Migration, Saga, SagaStep, TccStep
 from coordinator.engine import InvalidTransition, Stage, Status, compile_saga
 from coordinator.engine.decide import replay, replay_from
 from coordinator.engine.events import Migrated
 from coordinator.engine.migrate import plan_migration, rename_key
-from coordinator.flow import ChildSaga
+from coordinator.language.nodes import ChildSaga
+from coordinator.language.saga import DefinitionError, Migration, Saga, SagaStep, TccStep
 from participant_sdk.protocol import Outcome
 from tests.unit.test_child_sagas import Family, Order, Shipping
 from tests.unit.test_engine_tree import act, sent

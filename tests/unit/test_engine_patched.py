@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from coordinator.definition import DefinitionError
 from coordinator.engine import Status, StepPhase
 from coordinator.engine.compiled import CompiledSaga
 from coordinator.engine.decide import replay
 from coordinator.engine.events import event_from_json
-from coordinator.flow import ForEach, Parallel, Patched, Sequence
+from coordinator.language.nodes import ForEach, Parallel, Patched, Sequence
+from coordinator.language.saga import DefinitionError
 from participant_sdk.protocol import ErrorKind, Outcome
 from tests.unit.test_engine_tree import act as step
 from tests.unit.test_engine_tree import saga, sent
@@ -133,7 +133,7 @@ def test_guard_definition_errors() -> None:
 
 
 def test_a_guard_is_drawn_in_the_diagram_and_the_console() -> None:
-    from coordinator.diagram import mermaid
+    from coordinator.sagas.diagram import mermaid
     from coordinator.ui.diagram_svg import state_svg
 
     assert "version guard fraud-check" in mermaid(AFTER)

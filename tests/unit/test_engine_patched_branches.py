@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.definition import DefinitionError
 from coordinator.engine import Status, StepPhase
 from coordinator.engine.compiled import CompiledSaga, GroupKind, StepKind
-from coordinator.flow import Choice, Parallel, Patched, Race
+from coordinator.language.nodes import Choice, Parallel, Patched, Race
+from coordinator.language.saga import DefinitionError
 from participant_sdk.protocol import Phase
 from tests.unit.test_engine_tree import act, no, ok, saga, sent
 from tests.unit.tree_support import Run, check_invariants, check_replay, drain, new_run

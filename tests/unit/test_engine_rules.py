@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from coordinator.definition import Saga, SagaStep
 from coordinator.engine import (
     InvalidInput,
     InvalidTransition,
@@ -23,6 +22,7 @@ from coordinator.engine import (
     message_id,
 )
 from coordinator.engine.simulate import Simulator
+from coordinator.language.saga import Saga, SagaStep
 from examples.order_saga import OrderSaga
 from participant_sdk.protocol import ErrorKind, Outcome, Phase, ReplyEnvelope
 from tests.unit.test_engine_fixtures import (

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from coordinator.definition import DefinitionError, Saga
 from coordinator.engine import RepairVerb, Status, StepPhase, TimerKind, compile_saga
 from coordinator.engine.decision import InvalidTransition
-from coordinator.flow import Choice, Race, WaitForSignal
+from coordinator.language.nodes import Choice, Race, WaitForSignal
+from coordinator.language.saga import DefinitionError, Saga
 from tests.unit.test_engine_sleep import START
 from tests.unit.test_engine_tree import act, ok, saga, sent
 from tests.unit.tree_support import TreeInput, check_invariants, check_moves, check_replay, new_run

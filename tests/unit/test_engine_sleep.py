@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.definition import DefinitionError, Saga
 from coordinator.engine import (
     CompiledSaga,
     RepairVerb,
@@ -20,7 +19,8 @@ from coordinator.engine import (
 from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.machine import node_edges
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import Parallel, Race, Sleep, SleepUntil
+from coordinator.language.nodes import Parallel, Race, Sleep, SleepUntil
+from coordinator.language.saga import DefinitionError, Saga
 from participant_sdk.protocol import ErrorKind, Outcome
 from tests.unit.test_engine_tree import act, ok, saga, sent
 from tests.unit.tree_support import TreeInput, check_invariants, check_moves, check_replay, new_run
@@ -160,7 +160,7 @@ def test_the_exported_machine_has_the_sleep_moves() -> None:
 
 
 def test_a_thirty_day_sleep_in_a_for_each_item_replays(**_: Any) -> None:
-    from coordinator.flow import ForEach
+    from coordinator.language.nodes import ForEach
 
     each = ForEach("items", items=lambda ctx: list(range(ctx.input.n)),
                    body=(Sleep("nap", timedelta(days=30)), act("b")), max_concurrency=2)

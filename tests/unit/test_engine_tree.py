@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
-from coordinator.definition import DefinitionError, Saga, SagaStep, TccStep
 from coordinator.engine import CompiledSaga, InvalidTransition, Status, StepPhase, compile_saga
 from coordinator.engine.events import RepairVerb
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import Choice, ForEach, Parallel, Race
+from coordinator.language.nodes import Choice, ForEach, Parallel, Race
+from coordinator.language.saga import DefinitionError, Saga, SagaStep, TccStep
 from participant_sdk.protocol import ErrorKind, Outcome, Phase
 from tests.unit.tree_support import (
     FAST,
@@ -424,7 +424,7 @@ def test_the_invariants_catch_a_child_saga_left_applied(monkeypatch: Any) -> Non
     """Random trees hold child saga nodes too, answered for by the Simulator like a
     participant; a parent that never cancels its child breaks the rollback check."""
     from coordinator.engine.nodes import step
-    from coordinator.flow import ChildSaga
+    from coordinator.language.nodes import ChildSaga
 
     def failing_run() -> Run:
         run = new_run(saga(ChildSaga("kid", "child_type"), act("after")))

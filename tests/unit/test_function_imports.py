@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 HANDLER = """
 import json, sys
-from coordinator.functions import CoordinatorFunctions, FunctionSettings
-from coordinator.worker.loading import build_registry
+from coordinator.runtime.functions import CoordinatorFunctions, FunctionSettings
+from coordinator.sagas.loading import build_registry
 from participant_sdk.functions import cloudevents_app
 
 settings = FunctionSettings.from_env(sagas=["examples.order_saga:OrderSaga"])
@@ -36,11 +36,11 @@ print(json.dumps(sorted(sys.modules)))
 HEAVY = (
     "fastapi", "starlette", "uvicorn", "jinja2", "httpx",
     "opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.instrumentation",
-    "coordinator.api", "coordinator.ui", "coordinator.cli", "coordinator.opscli",
-    "coordinator.worker.worker", "coordinator.schedules", "coordinator.settings",
+    "coordinator.api", "coordinator.ui", "coordinator.cli.main", "coordinator.cli.ops",
+    "coordinator.runtime.worker.worker", "coordinator.schedules", "coordinator.config.settings",
     "pydantic_settings", "aiokafka", "prometheus_client", "holidays",
     "participant_sdk.runner", "outbox_relay.relay", "outbox_relay.tick",
-    "coordinator.signal_batch", "coordinator.signal_wire",
+    "coordinator.runtime.signal_batch", "coordinator.runtime.signal_wire",
 )
 
 
@@ -54,8 +54,8 @@ def imported() -> list[str]:
 
 
 def test_the_handler_is_built(imported: list[str]) -> None:
-    assert {"coordinator.functions", "coordinator.serverless", "examples.order_saga"} <= set(
-        imported)
+    assert {"coordinator.runtime.functions.instance", "coordinator.runtime.functions.handlers",
+            "examples.order_saga"} <= set(imported)
 
 
 @pytest.mark.parametrize("prefix", HEAVY)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic_settings import NoDecode
 
-from coordinator.function_settings import FunctionSettings
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.functions import FunctionSettings
+from coordinator.config.settings import CoordinatorSettings
 from participant_sdk.startup_errors import SettingsError
 
 ENV = {

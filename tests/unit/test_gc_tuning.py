@@ -7,8 +7,8 @@ import gc
 import pytest
 from pydantic import ValidationError
 
-from coordinator.gc_tuning import WORKER_GC_THRESHOLDS, tune_gc
-from coordinator.settings import CoordinatorSettings
+from coordinator.config.gc_tuning import WORKER_GC_THRESHOLDS, tune_gc
+from coordinator.config.settings import CoordinatorSettings
 
 
 def test_tune_gc_sets_the_thresholds_and_freezes_what_start_up_allocated() -> None:

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from coordinator.engine import SagaState, event_from_json
 from coordinator.engine.events import Event
 from coordinator.engine.state import StepState
+from coordinator.runtime.signal_wire import decode_signal
 from coordinator.schedules.repository import definition_of
-from coordinator.signal_wire import decode_signal
 from coordinator.store.nodes import dumps, spine_json, state_from_rows, steps_json
 from coordinator.store.store import _Timer
 from participant_sdk.protocol import decode_command, decode_reply

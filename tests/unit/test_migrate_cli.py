@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from coordinator.opscli import main as saga_cli
+from coordinator.cli.ops import main as saga_cli
 
 ANSWER = {"saga_type": "order", "from_version": 1, "to_version": 2, "migration": "v1->v2",
           "total": 2, "can_move": 1, "cannot_move": 1, "items": [

@@ -215,7 +215,7 @@ def test_node_name_strips_for_each_items_so_labels_do_not_multiply() -> None:
 
 
 def test_saga_view_names_every_active_step_when_there_are_several() -> None:
-    from coordinator.opscli.render import render_saga
+    from coordinator.cli.ops.render import render_saga
 
     base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "running",
             "state": "b.trying", "input": {}, "steps": []}
@@ -225,7 +225,7 @@ def test_saga_view_names_every_active_step_when_there_are_several() -> None:
 
 
 def test_saga_view_names_a_childs_parent_and_a_parents_children() -> None:
-    from coordinator.opscli.render import render_saga
+    from coordinator.cli.ops.render import render_saga
 
     base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "running",
             "state": "running", "input": {}, "steps": []}
@@ -238,7 +238,7 @@ def test_saga_view_names_a_childs_parent_and_a_parents_children() -> None:
 
 
 def test_saga_view_keeps_the_whole_why_and_reads_attempts_by_phase() -> None:
-    from coordinator.opscli.render import render_dead, render_saga
+    from coordinator.cli.ops.render import render_dead, render_saga
 
     why = "payments refused: the card was declined by the issuer after three 3-D Secure prompts"
     base = {"saga_id": "s", "saga_type": "t", "version": 1, "status": "dead", "state": "dead",
@@ -258,7 +258,7 @@ def test_saga_cli_takes_its_global_flags_after_the_command_too() -> None:
 
     import httpx
 
-    from coordinator.opscli.main import main
+    from coordinator.cli.ops.main import main
 
     seen: list[httpx.Request] = []
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.definition import DefinitionError, Saga
 from coordinator.engine import compile_saga
 from coordinator.engine.simulate import Simulator
-from coordinator.patterns import (
+from coordinator.language.saga import DefinitionError, Saga
+from coordinator.sagas.patterns import (
     PATTERNS,
     approval_saga,
     etl_batch_saga,
@@ -19,7 +19,7 @@ from coordinator.patterns import (
     order_saga,
     refund_saga,
 )
-from coordinator.patterns.docs import render
+from coordinator.sagas.patterns.docs import render
 from participant_sdk.protocol import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,11 +129,11 @@ def test_every_pattern_has_a_version_a_change_log_and_records_it() -> None:
 def test_the_pattern_docs_are_current() -> None:
     assert (ROOT / "docs" / "patterns.md").read_text() == render(), (
         "docs/patterns.md is stale: run "
-        "`python -m coordinator.patterns.docs --write docs/patterns.md`")
+        "`python -m coordinator.sagas.patterns.docs --write docs/patterns.md`")
 
 
 def test_the_public_surface_is_deliberate() -> None:
-    import coordinator.patterns as patterns
+    import coordinator.sagas.patterns as patterns
 
     assert patterns.__all__ == [
         "PATTERNS", "ApprovalInput", "EtlBatchInput", "OnboardingInput", "OrderInput",

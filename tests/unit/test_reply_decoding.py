@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.reply_decoding import UNKNOWN_PARTICIPANT, decode_reply_leniently
+from coordinator.runtime.reply_decoding import UNKNOWN_PARTICIPANT, decode_reply_leniently
 from participant_sdk.protocol import (
     CommandEnvelope,
     ErrorKind,

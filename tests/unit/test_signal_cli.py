@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from coordinator.opscli import main as saga_cli
+from coordinator.cli.ops import main as saga_cli
 
 SAGA = "2f6c0000-0000-4000-8000-000000000001"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+import coordinator.runtime.worker as worker_pkg
 import coordinator.store as store_pkg
-import coordinator.worker as worker_pkg
-from coordinator.cli import _parser
+from coordinator.cli.main import _parser
+from coordinator.config.settings import CoordinatorSettings
 from coordinator.migrations import discover
-from coordinator.settings import CoordinatorSettings
+from coordinator.runtime.worker import SagaImportError, import_saga
 from coordinator.store import InvalidInput, UnknownSagaType, UnknownSagaVersion
 from coordinator.store._writes import command_headers
 from coordinator.store.queries import _decode_cursor, _encode_cursor
-from coordinator.worker import SagaImportError, import_saga
 
 
 def test_public_surface_is_pinned() -> None:
@@ -65,8 +65,8 @@ def test_compaction_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [("nocolon", "must look like"), ("no_such_module_x:Saga", "cannot import"),
-     ("coordinator.settings:Nope", "no attribute"),
-     ("coordinator.settings:CoordinatorSettings", "not a Saga subclass")],
+     ("coordinator.config.settings:Nope", "no attribute"),
+     ("coordinator.config.settings:CoordinatorSettings", "not a Saga subclass")],
 )
 def test_import_saga_explains_bad_specs(spec: str, message: str) -> None:
     with pytest.raises(SagaImportError, match=message):

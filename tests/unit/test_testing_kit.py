@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 import coordinator.testing as kit
-from coordinator.definition import Saga, SagaStep
-from coordinator.flow import ChildSaga, Sleep, WaitForSignal
+from coordinator.language.nodes import ChildSaga, Sleep, WaitForSignal
+from coordinator.language.saga import Saga, SagaStep
 from coordinator.store import InvalidSignalPayload
 from coordinator.testing import SagaTestEnv
 from participant_sdk import BusinessRejection, HandlerContext, Participant, on_action, on_compensate

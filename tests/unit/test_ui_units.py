@@ -65,8 +65,8 @@ def test_the_tree_svg_marks_the_current_states_only() -> None:
 
 
 def test_the_tree_svg_draws_composites_as_frames() -> None:
-    from coordinator.definition import Saga, SagaStep
-    from coordinator.flow import ForEach, Race
+    from coordinator.language.nodes import ForEach, Race
+    from coordinator.language.saga import Saga, SagaStep
 
     step = lambda n: SagaStep(n, "p", "do", compensable=True)  # noqa: E731
     cls = type("T", (Saga,), {"name": "t", "version": 1, "input_model": OrderSaga.input_model,

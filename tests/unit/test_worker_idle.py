@@ -10,9 +10,9 @@ from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError
 from aiokafka.structs import OffsetAndMetadata
 
-from coordinator.settings import CoordinatorSettings
-from coordinator.worker import Worker
-from coordinator.worker.offset_commits import OffsetCommitter
+from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.worker import Worker
+from coordinator.runtime.worker.offset_commits import OffsetCommitter
 
 
 class TimerStore:

@@ -12,7 +12,6 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
 from coordinator.engine import (
     CompiledSaga,
     InvalidTransition,
@@ -27,7 +26,7 @@ from coordinator.engine import (
 from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind
 from coordinator.engine.machine import SAGA_EDGES, node_edges
 from coordinator.engine.simulate import Simulator
-from coordinator.flow import (
+from coordinator.language.nodes import (
     ChildSaga,
     Choice,
     ForEach,
@@ -38,6 +37,7 @@ from coordinator.flow import (
     Sleep,
     WaitForSignal,
 )
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, TccStep
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 
 FAST = RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=10))

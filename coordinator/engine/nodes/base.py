@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from coordinator.definition import StepContext
 from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 from coordinator.engine.state import StepPhase, StepState
+from coordinator.language.saga import StepContext
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

@@ -25,8 +25,8 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
-from coordinator.worker import build_registry
 from examples.services.inventory import INITIAL_STOCK
 from examples.services.payments import BROKE_CUSTOMER, OPENING_BALANCE
 from participant_sdk.protocol import ProtocolError, decode_reply

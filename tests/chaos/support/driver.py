@@ -12,9 +12,9 @@ from typing import Any
 
 import asyncpg
 
+from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore, TransientStoreError
 from coordinator.store.store import CONNECTION_ERRORS
-from coordinator.worker import build_registry
 from tests.chaos.support.stack import SAGAS
 
 #: Statuses after which nothing happens without an operator.

@@ -11,8 +11,8 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
-from coordinator.definition import RetryPolicy, Saga, SagaStep, TccStep
-from coordinator.flow import Sleep, WaitForSignal
+from coordinator.language.nodes import Sleep, WaitForSignal
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, TccStep
 from examples.order_saga import OrderInput, funds, shipment, stock
 
 #: The signal every long order waits for, and its payload.

@@ -13,8 +13,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from coordinator.definition import Saga, SagaStep, TccStep
-from coordinator.flow import ChildSaga, Parallel
+from coordinator.language.nodes import ChildSaga, Parallel
+from coordinator.language.saga import Saga, SagaStep, TccStep
 from examples import order_saga
 
 #: Longer than the backlog takes to drain (about a minute on two cores while a broker is lost).

@@ -1,0 +1,2 @@
+"""The command lines: ``sagaflow-coordinator``, ``saga`` (the operator CLI) and the
+configuration reference."""

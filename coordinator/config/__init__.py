@@ -1,0 +1,1 @@
+"""Settings: the coordinator's (pydantic-settings) and the functions' (plain pydantic)."""

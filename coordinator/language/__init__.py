@@ -1,0 +1,68 @@
+"""The saga language: what a saga author declares.
+
+Everything a saga class needs comes from here::
+
+    from coordinator.language import ForEach, RetryPolicy, Saga, SagaStep, TccStep
+
+* :mod:`~coordinator.language.steps`: TCC steps and saga steps, and what their mappers see;
+* :mod:`~coordinator.language.nodes`: the composites and waits (parallel, for-each, race,
+  choice, version guards, child sagas, sleeps, signal waits);
+* :mod:`~coordinator.language.policies`: retry policies and deadlines;
+* :mod:`~coordinator.language.saga`: the :class:`Saga` base class and its validation.
+
+It imports nothing of the engine, the store or the runtime (the layer contract checks it).
+"""
+
+from coordinator.language.nodes import (
+    Branch,
+    ChildSaga,
+    Choice,
+    ForEach,
+    Node,
+    Parallel,
+    Patched,
+    Race,
+    Sequence,
+    Sleep,
+    SleepUntil,
+    WaitForSignal,
+)
+from coordinator.language.policies import RetryPolicy
+from coordinator.language.saga import Migration, Saga, validate_saga_class
+from coordinator.language.steps import (
+    DefinitionError,
+    Guard,
+    Mapper,
+    PolicyLike,
+    SagaStep,
+    StepContext,
+    StepSpec,
+    TccStep,
+)
+
+__all__ = [
+    "Branch",
+    "ChildSaga",
+    "Choice",
+    "DefinitionError",
+    "ForEach",
+    "Guard",
+    "Mapper",
+    "Migration",
+    "Node",
+    "Parallel",
+    "Patched",
+    "PolicyLike",
+    "Race",
+    "RetryPolicy",
+    "Saga",
+    "SagaStep",
+    "Sequence",
+    "Sleep",
+    "SleepUntil",
+    "StepContext",
+    "StepSpec",
+    "TccStep",
+    "WaitForSignal",
+    "validate_saga_class",
+]

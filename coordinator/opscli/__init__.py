@@ -1,5 +1,0 @@
-"""``saga``: the operator CLI, a thin HTTP client of the operator API."""
-
-from coordinator.opscli.main import main
-
-__all__ = ["main"]

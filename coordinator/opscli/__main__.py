@@ -1,5 +1,0 @@
-import sys
-
-from coordinator.opscli import main
-
-sys.exit(main())

@@ -1,0 +1,1 @@
+"""Wake-up hints over Postgres LISTEN/NOTIFY: relay wake-ups, timers, saga ends."""

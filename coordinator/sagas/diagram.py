@@ -1,0 +1,184 @@
+"""Draw a compiled saga's state machine as Mermaid, or export it as JSON.
+
+``main_diagram(["examples.order_saga:OrderSaga"])`` prints the Mermaid text;
+``--json`` prints the JSON export and ``--state NAME`` highlights a state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TextIO
+
+from coordinator.engine.compiled import (
+    CompiledGroup,
+    CompiledNode,
+    CompiledSaga,
+    CompiledSleep,
+    CompiledStep,
+    CompiledWait,
+    GroupKind,
+    StepKind,
+    compile_saga,
+)
+from coordinator.language.saga import DefinitionError, Saga
+from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
+from participant_sdk.version import version_line
+
+__all__ = ["load_saga_class", "main_diagram", "mermaid"]
+
+_KIND_LABEL = {"parallel": "parallel", "race": "first of", "foreach": "for each",
+               "choice": "choice", "sequence": "sequence", "patched": "version guard"}
+
+
+def _node_id(state: str) -> str:
+    return "n_" + re.sub(r"[^A-Za-z0-9_]", "_", state)
+
+
+def _label(text: str) -> str:
+    return text.replace('"', "'")
+
+
+def mermaid(definition: CompiledSaga, current: str | Iterable[str] | None = None) -> str:
+    """Mermaid ``stateDiagram-v2`` of the node tree: sequences as chains, parallel groups,
+    races and for-each as composites with a region per branch, then confirm and the ends.
+    ``current`` (machine state names such as ``reserve.trying``) is highlighted."""
+    wanted = [current] if isinstance(current, str) else list(current or ())
+    for state in wanted:
+        if state not in definition.states:
+            raise ValueError(f"{state!r} is not a state of {definition.name} "
+                             f"v{definition.version}")
+    lines = ["stateDiagram-v2", f"    %% {definition.name} v{definition.version}"]
+    first, last = _chain(lines, definition.root.children, "    ")
+    lines.append(f"    [*] --> {first}")
+    tcc = any(s.kind is StepKind.TCC for s in definition.steps)
+    done = _node_id("confirming") if tcc else _node_id("completed")
+    lines.append(f"    {last} --> {done}: all succeeded")
+    if tcc:
+        lines.append(f'    state "confirming (every tried TCC step)" as {_node_id("confirming")}')
+        lines.append(f"    {_node_id('confirming')} --> {_node_id('completed')}: all confirmed")
+        lines.append(f"    {_node_id('confirming')} --> {_node_id('dead')}: a confirm gave up")
+    rollback = _node_id("compensating")
+    lines.append(f'    state "rolling back (reverse order of completion)" as {rollback}')
+    for node in definition.root.children:
+        lines.append(f"    {_node_id(node.name)} --> {rollback}: failed for good")
+    lines.append(f"    {rollback} --> {_node_id('compensated')}: all undone")
+    lines.append(f"    {rollback} --> {_node_id('cancelled')}: all undone [operator cancel]")
+    lines.append(f"    {rollback} --> {_node_id('dead')}: an undo gave up")
+    for end in ("completed", "compensated"):
+        lines.append(f"    {_node_id('dead')} --> {_node_id(end)}: operator resolve")
+    lines.append(f"    {_node_id('dead')} --> {rollback}: operator retry / skip / compensate")
+    for end in ("completed", "compensated", "cancelled"):
+        lines.append(f"    {_node_id(end)} --> [*]")
+    lines.append("    classDef dead fill:#f8d7da,stroke:#b02a37")
+    lines.append("    classDef current fill:#fff3cd,stroke:#d39e00,stroke-width:3px")
+    lines.append(f"    class {_node_id('dead')} dead")
+    marked = sorted({_node_id(state.split(".")[0]) for state in wanted})
+    if marked:
+        lines.append(f"    class {','.join(marked)} current")
+    return "\n".join(lines) + "\n"
+
+
+def _chain(lines: list[str], nodes: Sequence[CompiledNode], pad: str) -> tuple[str, str]:
+    """Draw ``nodes`` one after the other; returns the ids of the first and the last."""
+    ids = [_draw(lines, node, pad) for node in nodes]
+    for a, b in itertools.pairwise(ids):
+        lines.append(f"{pad}{a} --> {b}")
+    return ids[0], ids[-1]
+
+
+def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
+    nid = _node_id(node.name)
+    if isinstance(node, CompiledStep) and node.child is not None:
+        lines.append(f'{pad}state "{_label(node.name)} (child saga {node.child}; '
+                     f'confirmed or cancelled with this saga)" as {nid}')
+        return nid
+    if isinstance(node, CompiledStep):
+        undo = "cancel" if node.kind is StepKind.TCC else (
+            "compensate" if node.reversible else "cannot be undone")
+        lines.append(f'{pad}state "{_label(node.name)} ({node.kind.value}: '
+                     f'{node.participant}.{node.action}; {undo})" as {nid}')
+        return nid
+    if isinstance(node, CompiledSleep):
+        what = (f"{node.duration}" if isinstance(node.duration, timedelta)
+                else f"until {node.until.isoformat()}" if isinstance(node.until, datetime)
+                else "computed wake-up")
+        lines.append(f'{pad}state "{_label(node.name)} (sleep: {what}; durable timer)" as {nid}')
+        return nid
+    if isinstance(node, CompiledWait):
+        limit = f"timeout {node.timeout}: {node.on_timeout}" if node.timeout else "no timeout"
+        lines.append(f'{pad}state "{_label(node.name)} (wait for signal {node.signal}; '
+                     f'{limit})" as {nid}')
+        return nid
+    title = f"{_KIND_LABEL[node.kind.value]} {node.name}"
+    if node.kind is GroupKind.FOREACH:
+        title += f" (at most {node.max_concurrency or 'all'} at once, <= {node.max_items})"
+    if node.kind is GroupKind.RACE:
+        title += f" ({node.quorum} of {len(node.children)} win; losers undone)"
+    lines.append(f'{pad}state "{_label(title)}" as {nid} {{')
+    inner = pad + "    "
+    if node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH):
+        body = node.children[0] if node.kind is GroupKind.FOREACH else node
+        assert isinstance(body, CompiledGroup)
+        first, last = _chain(lines, body.children, inner)
+        lines.append(f"{inner}[*] --> {first}")
+        lines.append(f"{inner}{last} --> [*]")
+    elif node.kind is GroupKind.CHOICE:
+        pick = _node_id(node.name + "_choice")
+        lines.append(f"{inner}state {pick} <<choice>>")
+        lines.append(f"{inner}[*] --> {pick}")
+        for guard, branch in zip(node.guards, node.children, strict=True):
+            bid = _draw(lines, branch, inner)
+            lines.append(f"{inner}{pick} --> {bid}: {'otherwise' if guard is None else 'guard'}")
+            lines.append(f"{inner}{bid} --> [*]")
+        if node.guards[-1] is not None:
+            lines.append(f"{inner}{pick} --> [*]: no guard true")
+    else:
+        for index, branch in enumerate(node.children):
+            if index:
+                lines.append(f"{inner}--")
+            bid = _draw(lines, branch, inner)
+            lines.append(f"{inner}[*] --> {bid}")
+            lines.append(f"{inner}{bid} --> [*]")
+    lines.append(f"{pad}}}")
+    return nid
+
+
+def load_saga_class(spec: str) -> type[Saga]:
+    """Import ``module:Class`` and check that it is a saga class."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise DefinitionError(f"expected module:Class, got {spec!r}")
+    obj = getattr(importlib.import_module(module_name), attr, None)
+    if not (isinstance(obj, type) and issubclass(obj, Saga)):
+        raise DefinitionError(f"{spec} is not a Saga subclass")
+    return obj
+
+
+def main_diagram(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """CLI entry: ``module:Class [--json] [--state NAME] [--topic-prefix P]``; exit code."""
+    parser = argparse.ArgumentParser(prog="sagaflow-coordinator diagram",
+                                     description="Draw a saga's state machine.")
+    parser.add_argument("--version", action="version",
+                        version=version_line("sagaflow-coordinator diagram"))
+    parser.add_argument("saga", help="the saga class as module:Class")
+    parser.add_argument("--json", action="store_true", help="print the JSON export instead")
+    parser.add_argument("--state", default=None, help="highlight this state")
+    parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX)
+    args = parser.parse_args(argv)
+    stream = out if out is not None else sys.stdout
+    try:
+        compiled = compile_saga(load_saga_class(args.saga), topic_prefix=args.topic_prefix)
+        text = (json.dumps(compiled.to_json(), indent=2) + "\n" if args.json
+                else mermaid(compiled, args.state))
+    except (DefinitionError, ImportError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stream.write(text)
+    return 0

@@ -1,0 +1,59 @@
+"""Importing saga classes named ``module:Class`` and registering them."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from coordinator.language.saga import Saga
+
+__all__ = ["SagaImportError", "build_registry", "import_saga"]
+
+
+class SagaImportError(ValueError):
+    """A ``module:Class`` spec does not name an importable saga class."""
+
+
+def import_saga(spec: str) -> type[Saga]:
+    """The saga class ``spec`` (``package.module:ClassName``) names."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SagaImportError(f"saga spec {spec!r} must look like 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SagaImportError(f"cannot import {module_name!r} for {spec!r}: {exc}"
+                              f"{_path_hint(module_name, exc)}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise SagaImportError(f"{module_name!r} has no attribute {attr!r}") from exc
+    if not (isinstance(target, type) and issubclass(target, Saga)):
+        raise SagaImportError(f"{spec!r} is {target!r}, not a Saga subclass")
+    return target
+
+
+def _path_hint(module_name: str, exc: ImportError) -> str:
+    """Why a package sitting in the current folder is not found: console scripts
+    (``sagaflow-coordinator``) do not search it, ``python -m`` does."""
+    top = module_name.split(".")[0]
+    here = Path.cwd()
+    if not (isinstance(exc, ModuleNotFoundError) and exc.name == top
+            and ((here / top).is_dir() or (here / f"{top}.py").is_file())):
+        return ""
+    return (f" ({top!r} is in the current folder, which a console script does not search: "
+            "set PYTHONPATH=. or run python -m coordinator)")
+
+
+def build_registry(specs: Iterable[str | type[Saga]], *, topic_prefix: str) -> Any:
+    """A ``SagaRegistry`` holding the given classes (or specs), compiled for ``topic_prefix``."""
+    from coordinator.sagas.registry import SagaRegistry
+
+    registry = SagaRegistry(topic_prefix=topic_prefix)
+    for item in specs:
+        registry.register(import_saga(item) if isinstance(item, str) else item)
+    return registry

@@ -1,0 +1,1 @@
+"""Versioning tools: input compatibility, draining old versions, machine diffs."""
