@@ -46,6 +46,7 @@ MOVED: dict[str, str] = {
     "coordinator.timer_hints": "coordinator.runtime.hints.timers",
     "coordinator.config_reference": "coordinator.cli.config_reference",
     "coordinator.opscli": "coordinator.cli.ops",
+    "coordinator.observability.tracing": "coordinator.store.tracing",
 }
 
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from coordinator.engine import CompiledSaga, SagaStarted, advance
 from coordinator.engine import InvalidInput as EngineInvalidInput
-from coordinator.observability.tracing import traced_start
+from coordinator.store.tracing import traced_start
 from coordinator.store import queries
 from coordinator.store._transactions import INSERT_SAGA, TransactionsMixin, input_hash
 from coordinator.store._writes import Change, LockedSaga

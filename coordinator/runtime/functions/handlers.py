@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from coordinator.engine import ReplyReceived
-from coordinator.observability.tracing import ReplySpans
+from coordinator.store.tracing import ReplySpans
 from coordinator.runtime.reply_decoding import decode_reply_leniently
 from coordinator.store import (
     ApplyOutcome,
