@@ -14,8 +14,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from coordinator.definition import StepContext
-from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 from coordinator.engine.state import StepPhase, StepState
+from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work
