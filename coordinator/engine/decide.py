@@ -7,7 +7,6 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledSaga, GroupKind
 from coordinator.engine.decision import (
     Decision,
     HistoryEntry,
@@ -31,6 +30,7 @@ from coordinator.engine.replies import on_reply, on_timer
 from coordinator.engine.signals import on_signal
 from coordinator.engine.starting import schedule_start
 from coordinator.engine.state import PatchChoice, SagaState, Status, StepState, trusted
+from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledSaga, GroupKind
 from coordinator.engine.work import Work, message_id, timer_id
 
 __all__ = ["advance", "message_id", "recorded_patches", "replay", "replay_from", "timer_id"]

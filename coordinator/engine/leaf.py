@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.engine.compiled import CompiledStep
 from coordinator.engine.events import TimerKind
 from coordinator.engine.nodes.base import Progress, Scope, context, scope_of
 from coordinator.engine.state import ErrorRecord, Status, StepPhase
+from coordinator.engine.tree import CompiledStep
 from coordinator.engine.work import Work
 from participant_sdk.protocol import Phase
 

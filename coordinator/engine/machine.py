@@ -8,10 +8,8 @@ exported machine and the engine cannot disagree.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from coordinator.engine.compiled import CompiledGroup, Transition
+from coordinator.engine.nodes.base import kind_of
+from coordinator.engine.tree import CompiledGroup, Transition, walk
 
 __all__ = ["END_STATES", "SAGA_EDGES", "build_machine", "node_edges"]
 
@@ -36,15 +34,11 @@ SAGA_EDGES = (
 
 def node_edges(node: object) -> tuple[tuple[str, str, str], ...]:
     """The phase moves of one definition node, from its kind's module."""
-    from coordinator.engine.nodes.base import kind_of
-
     return tuple(kind_of(node).edges(node))  # type: ignore[arg-type]
 
 
 def build_machine(root: CompiledGroup) -> tuple[tuple[str, ...], tuple[Transition, ...]]:
     """Flat states (``<node>.<phase>`` and the saga's own) and every edge between them."""
-    from coordinator.engine.compiled import Transition, walk
-
     states: list[str] = ["start", "scheduled", "running", "prepared", "confirming", "compensating"]
     edges: list[Transition] = []
     for node in walk(root):

@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coordinator.engine.compiled import (
+from coordinator.engine.state import SagaState, StepPhase
+from coordinator.engine.tree import (
     CompiledMigration,
     CompiledSaga,
     CompiledStep,
     StepKind,
     walk,
 )
-from coordinator.engine.state import SagaState, StepPhase
 
 __all__ = ["MigrationPlan", "plan_migration", "rename_key"]
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coordinator.engine.compiled import CompiledWait
 from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
@@ -19,6 +18,7 @@ from coordinator.engine.leaf import send_finish, succeed
 from coordinator.engine.nodes.base import abandon_wait
 from coordinator.engine.starting import cancel_scheduled
 from coordinator.engine.state import Stage, Status, StepPhase
+from coordinator.engine.tree import CompiledWait
 from coordinator.engine.work import ACTIVE_PHASE, Work
 from participant_sdk.protocol import Phase
 

@@ -12,7 +12,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from coordinator.engine.compiled import CompiledSaga
 from coordinator.engine.decide import advance, replay
 from coordinator.engine.decision import Decision, HistoryEntry, TimerRequest
 from coordinator.engine.events import (
@@ -28,6 +27,7 @@ from coordinator.engine.events import (
     event_from_json,
 )
 from coordinator.engine.state import SagaState
+from coordinator.engine.tree import CompiledSaga
 from participant_sdk.protocol import (
     CommandEnvelope,
     ErrorInfo,

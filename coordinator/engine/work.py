@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from coordinator.engine.compiled import CompiledSaga, CompiledStep, StepKind
 from coordinator.engine.decision import (
     ChildStart,
     ConsumedSignal,
@@ -26,6 +25,7 @@ from coordinator.engine.state import (
     replace,
     trusted,
 )
+from coordinator.engine.tree import CompiledSaga, CompiledStep, StepKind
 from participant_sdk.protocol import PROTOCOL_VERSION, CommandEnvelope, Phase
 
 __all__ = ["ACTIVE_PHASE", "Work", "message_id", "timer_id"]

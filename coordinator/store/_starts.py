@@ -14,13 +14,13 @@ from pydantic import ValidationError
 
 from coordinator.engine import CompiledSaga, SagaStarted, advance
 from coordinator.engine import InvalidInput as EngineInvalidInput
-from coordinator.store.tracing import traced_start
 from coordinator.store import queries
 from coordinator.store._transactions import INSERT_SAGA, TransactionsMixin, input_hash
 from coordinator.store._writes import Change, LockedSaga
 from coordinator.store.errors import InvalidInput, SagaConflict
 from coordinator.store.nodes import dumps, spine_json
 from coordinator.store.records import SagaRecord, StartResult
+from coordinator.store.tracing import traced_start
 
 __all__ = ["StartsMixin"]
 

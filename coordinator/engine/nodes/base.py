@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from coordinator.engine.compiled import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 from coordinator.engine.state import StepPhase, StepState
+from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 from coordinator.language.saga import StepContext
 
 if TYPE_CHECKING:

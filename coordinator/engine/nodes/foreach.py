@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from coordinator.engine.compiled import CompiledGroup, CompiledNode
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
+from coordinator.engine.tree import CompiledGroup, CompiledNode
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from coordinator.engine.compiled import CompiledGroup, CompiledNode, GroupKind, walk
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import PatchChoice, StepPhase
+from coordinator.engine.tree import CompiledGroup, CompiledNode, GroupKind, walk
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

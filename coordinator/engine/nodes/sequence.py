@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from coordinator.engine.compiled import CompiledGroup
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
+from coordinator.engine.tree import CompiledGroup
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from coordinator.engine.compiled import CompiledNode, CompiledSleep
 from coordinator.engine.decision import TimerRequest
 from coordinator.engine.events import TimerFired, TimerKind
 from coordinator.engine.nodes.base import Kind, Progress, Scope, abandon_wait, context
 from coordinator.engine.state import StepPhase
+from coordinator.engine.tree import CompiledNode, CompiledSleep
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from coordinator.engine import leaf
-from coordinator.engine.compiled import CompiledNode, CompiledStep
 from coordinator.engine.nodes.base import RESULT_PHASES, Kind, Progress, Scope
 from coordinator.engine.state import StepPhase, StepState
+from coordinator.engine.tree import CompiledNode, CompiledStep
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

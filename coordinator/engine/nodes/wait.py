@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from coordinator.engine.compiled import CompiledNode, CompiledWait
 from coordinator.engine.decision import ConsumedSignal, TimerRequest
 from coordinator.engine.events import TimerFired, TimerKind
 from coordinator.engine.nodes.base import Kind, Progress, Scope, abandon_wait
 from coordinator.engine.state import StepPhase
+from coordinator.engine.tree import CompiledNode, CompiledWait
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from coordinator.engine import ReplyReceived
-from coordinator.store.tracing import ReplySpans
 from coordinator.runtime.reply_decoding import decode_reply_leniently
 from coordinator.store import (
     ApplyOutcome,
@@ -25,6 +24,7 @@ from coordinator.store import (
     TransientStoreError,
 )
 from coordinator.store.store import CONNECTION_ERRORS
+from coordinator.store.tracing import ReplySpans
 from participant_sdk.dead_letters import DeadLetter
 from participant_sdk.protocol import ProtocolError
 from participant_sdk.records import KafkaRecord

@@ -1,0 +1,30 @@
+"""Constrained field types every request body shares, so a name or reason is checked alike
+everywhere."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, ConfigDict, Field
+
+__all__ = ["STRICT", "Int32", "Name", "Reason", "Text"]
+
+#: Request bodies refuse unknown fields.
+STRICT = ConfigDict(extra="forbid")
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+Reason = Annotated[
+    str,
+    Field(min_length=1, max_length=2000, pattern=r"\S",
+          description="Why: recorded in the saga's history with the caller's name."),
+    AfterValidator(_no_nul),
+]
+Int32 = Annotated[int, Field(ge=1, le=2_147_483_647)]
