@@ -38,10 +38,11 @@ services: bootstrap
 demo: services
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m examples.demo $(DEMO_ARGS)
 
-## lint: ruff and mypy (strict on the packages)
+## lint: ruff, mypy (strict on the packages) and the layer contracts (architecture.toml)
 lint: bootstrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --config architecture.toml
 
 ## test: lint, then every test suite against the local services (the failover scenarios
 ##       included: they start and stop their own HA stack)

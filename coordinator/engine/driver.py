@@ -12,9 +12,9 @@ whose tree succeeded is ``prepared``: it confirms or rolls back when its parent 
 from __future__ import annotations
 
 from coordinator.engine.decision import EngineError
-from coordinator.engine.leaf import abandon_forward, go_dead, send_finish
 from coordinator.engine.nodes import ROOT, Progress, forward, undo
 from coordinator.engine.nodes.base import scope_of
+from coordinator.engine.nodes.leaf import abandon_forward, go_dead, send_finish
 from coordinator.engine.state import Stage, Status, StepPhase
 from coordinator.engine.tree import CompiledStep
 from coordinator.engine.work import Work

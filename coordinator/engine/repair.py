@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
-from coordinator.engine.leaf import send_finish, succeed
 from coordinator.engine.nodes.base import abandon_wait
+from coordinator.engine.nodes.leaf import send_finish, succeed
 from coordinator.engine.starting import cancel_scheduled
 from coordinator.engine.state import Stage, Status, StepPhase
 from coordinator.engine.tree import CompiledWait

@@ -5,8 +5,8 @@ from __future__ import annotations
 from coordinator.engine import starting
 from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
-from coordinator.engine.leaf import fail, send_finish, succeed
 from coordinator.engine.nodes import sleep, wait
+from coordinator.engine.nodes.leaf import fail, send_finish, succeed
 from coordinator.engine.state import StepPhase
 from coordinator.engine.work import Work, message_id
 from participant_sdk.protocol import ErrorKind, Outcome

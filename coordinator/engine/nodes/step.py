@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from coordinator.engine import leaf
+from coordinator.engine.nodes import leaf
 from coordinator.engine.nodes.base import RESULT_PHASES, Kind, Progress, Scope
 from coordinator.engine.state import StepPhase, StepState
 from coordinator.engine.tree import CompiledNode, CompiledStep

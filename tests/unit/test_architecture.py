@@ -1,0 +1,47 @@
+"""The layer contracts in architecture.toml hold, and they catch a forbidden import."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("coordinator", "outbox_relay", "participant_sdk")
+
+
+def lint_imports(where: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the packages found in ``where`` (it puts the folder first on the path)."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--config",
+         str(ROOT / "architecture.toml"), "--no-cache"],
+        cwd=where, capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "0 broken" in run.stdout
+
+
+def test_a_forbidden_import_breaks_its_contract(tmp_path: Path) -> None:
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, tmp_path / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "static", "templates"))
+    with (tmp_path / "coordinator/engine/decide.py").open("a") as f:
+        f.write("\nimport asyncpg  # noqa\n")  # the pure engine doing I/O
+    with (tmp_path / "coordinator/store/queries.py").open("a") as f:
+        f.write("\nimport coordinator.api.auth  # noqa\n")  # the store reaching above itself
+    with (tmp_path / "outbox_relay/errors.py").open("a") as f:
+        f.write("\nimport coordinator.store  # noqa\n")  # the relay knowing the coordinator
+
+    run = lint_imports(tmp_path)
+
+    assert run.returncode != 0
+    out = run.stdout
+    for contract in ("The coordinator's layers", "The engine and the saga language do no I/O",
+                     "The relay knows nothing of the coordinator"):
+        assert f"{contract} BROKEN" in out, out
+    assert "coordinator.store.queries -> coordinator.api.auth" in out
+    assert "The participant SDK stands alone KEPT" in out
