@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from coordinator.language.nodes import ForEach, Race
-from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
+from coordinator.language import ForEach, Race, RetryPolicy, Saga, SagaStep, StepContext, TccStep
 
 
 class Line(BaseModel):

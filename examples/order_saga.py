@@ -11,8 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from coordinator.language.nodes import ChildSaga, Parallel
-from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
+from coordinator.language import (
+    ChildSaga,
+    Parallel,
+    RetryPolicy,
+    Saga,
+    SagaStep,
+    StepContext,
+    TccStep,
+)
 
 
 class OrderInput(BaseModel):

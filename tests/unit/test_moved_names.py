@@ -19,18 +19,18 @@ def test_an_old_path_imports_the_moved_module_and_warns(old: str) -> None:
 
 
 def test_a_module_inside_a_moved_package_follows_it() -> None:
-    assert new_name("coordinator.runtime.worker.worker") == "coordinator.runtime.worker.worker"
-    sys.modules.pop("coordinator.cli.ops.render", None)
+    assert new_name("coordinator.worker.worker") == "coordinator.runtime.worker.worker"
+    sys.modules.pop("coordinator.opscli.render", None)
     with pytest.warns(DeprecationWarning):
-        from coordinator.cli.ops.render import page_params  # type: ignore[import-not-found]
+        from coordinator.opscli.render import page_params  # type: ignore[import-not-found]
     from coordinator.cli.ops.render import page_params as moved
     assert page_params is moved
 
 
 def test_an_old_name_from_the_docs_still_works() -> None:
-    sys.modules.pop("coordinator.language.saga", None)
+    sys.modules.pop("coordinator.definition", None)
     with pytest.warns(DeprecationWarning):
-        from coordinator.language.saga import Saga, TccStep  # type: ignore[import-not-found]
+        from coordinator.definition import Saga, TccStep  # type: ignore[import-not-found]
     from coordinator.language import Saga as NewSaga
     from coordinator.language import TccStep as NewStep
     assert (Saga, TccStep) == (NewSaga, NewStep)
