@@ -12,7 +12,7 @@ PACKAGES = ("coordinator", "outbox_relay", "participant_sdk")
 
 
 def lint_imports(where: Path) -> subprocess.CompletedProcess[str]:
-    """``lint-imports`` on the packages found in ``where`` (it puts the folder first on the path)."""
+    """``lint-imports`` on the packages in ``where`` (it puts that folder first on the path)."""
     return subprocess.run(
         [str(Path(sys.executable).with_name("lint-imports")), "--config",
          str(ROOT / "architecture.toml"), "--no-cache"],
