@@ -40,6 +40,7 @@ HEAVY = (
     "coordinator.worker.worker", "coordinator.schedules", "coordinator.settings",
     "pydantic_settings", "aiokafka", "prometheus_client", "holidays",
     "participant_sdk.runner", "outbox_relay.relay", "outbox_relay.tick",
+    "outbox_relay.loop", "outbox_relay.leasing", "outbox_relay.publishing",
     "coordinator.signal_batch", "coordinator.signal_wire",
 )
 
