@@ -13,7 +13,7 @@ turn (A B A B ...) on that same stack, closed loops of:
 
 The defaults put about 100 steps in flight in both. Every saga succeeds (no injected
 failures, unlike ``python -m bench``), so steps per saga are exact. The cost of a window is
-that of :func:`bench.runner._costs` (CPU of every process from /proc, Postgres backends of the
+that of :func:`bench.measure._costs` (CPU of every process from /proc, Postgres backends of the
 stack included; Kafka replies from end offsets), divided by the replies counted in the window
 rather than by sagas, so sagas straddling the window's edges do not skew it.
 """
@@ -35,7 +35,8 @@ from typing import Any
 
 from bench.foreach_sagas import ShipEach
 from bench.load import Driver, Outcome, watcher_connection
-from bench.runner import WARMUP_SAGAS, _costs, _guarded, _snapshot
+from bench.measure import _costs, _guarded, _snapshot
+from bench.runner import WARMUP_SAGAS
 from bench.sagas import Tcc3
 from bench.stack import Stack
 from coordinator.config.settings import CoordinatorSettings

@@ -25,6 +25,7 @@ import asyncpg
 from bench.breakdown import hop_breakdown
 from bench.floors import measure_floors
 from bench.load import percentile
+from bench.measure import _costs, _guarded, _load_json, _snapshot
 from bench.stack import KAFKA_BROKER, Stack
 
 #: Sequential hops of the success path: TCC = 3 tries + the confirms together; saga steps = 3.
@@ -64,8 +65,6 @@ def _stack_cpu(costs: dict[str, Any]) -> float:
 
 async def _closed(stack: Stack, driver_for: Any, saga: str, steps: int, concurrency: int,
                   warmup: float, duration: float, *, breakdown: bool) -> dict[str, Any]:
-    from bench.runner import _costs, _guarded, _load_json, _snapshot
-
     poll = _FAST_POLL if concurrency == 1 else 0.01
     async with driver_for(stack, saga, steps, poll) as driver:
         await _guarded(stack, driver.warm_up(5, limit_s=120))
@@ -89,8 +88,6 @@ async def _closed(stack: Stack, driver_for: Any, saga: str, steps: int, concurre
 
 async def _open(stack: Stack, driver_for: Any, saga: str, steps: int, rate: float,
                 duration: float) -> dict[str, Any]:
-    from bench.runner import _guarded, _load_json
-
     async with driver_for(stack, saga, steps, 0.005) as driver:
         await _guarded(stack, driver.warm_up(5, limit_s=120))
         del driver.started_ids[:]

@@ -14,9 +14,10 @@ if TYPE_CHECKING:
     )
     from outbox_relay.direct import DirectPublisher
     from outbox_relay.errors import InvalidMessageError, OutboxError, RelayStateError, SchemaError
+    from outbox_relay.loop import Relay
     from outbox_relay.message import LeasedRow, OutboxMessage, enqueue, notify_relays
     from outbox_relay.metrics import RelayMetrics
-    from outbox_relay.relay import HEADER_RELAY_EPOCH, Relay
+    from outbox_relay.publishing import HEADER_RELAY_EPOCH
     from outbox_relay.schema import DDL, DEFAULT_SHARD_COUNT, NOTIFY_CHANNEL, install
     from outbox_relay.settings import RelaySettings
     from outbox_relay.tick import RelayTick, TickReport, relay_tick
@@ -28,14 +29,14 @@ _LAZY = {
     "DDL": "outbox_relay.schema",
     "DEFAULT_SHARD_COUNT": "outbox_relay.schema",
     "DirectPublisher": "outbox_relay.direct",
-    "HEADER_RELAY_EPOCH": "outbox_relay.relay",
+    "HEADER_RELAY_EPOCH": "outbox_relay.publishing",
     "InvalidMessageError": "outbox_relay.errors",
     "LeasedRow": "outbox_relay.message",
     "NOTIFY_CHANNEL": "outbox_relay.schema",
     "OutboxDeadLetter": "outbox_relay.dead_letters",
     "OutboxError": "outbox_relay.errors",
     "OutboxMessage": "outbox_relay.message",
-    "Relay": "outbox_relay.relay",
+    "Relay": "outbox_relay.loop",
     "RelayMetrics": "outbox_relay.metrics",
     "RelaySettings": "outbox_relay.settings",
     "RelayStateError": "outbox_relay.errors",

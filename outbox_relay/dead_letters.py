@@ -1,4 +1,5 @@
-"""Operator functions over outbox dead letters: rows that can never be published.
+"""Outbox dead letters: rows that can never be published, how the relay writes them, and the
+operator functions over them.
 
 A key with a dead letter is held back: its later rows wait until the dead letter is requeued
 (published again, in its original place, ahead of the later rows) or discarded.
@@ -31,6 +32,25 @@ class OutboxDeadLetter:
     error_class: str
     reason: str
 
+
+#: Deletes acked and dead rows in one statement (one round trip, no BEGIN/COMMIT); the dead
+#: ones are copied to the dead-letter table first (both read the statement's snapshot).
+SETTLE: Final = """
+WITH dead AS (
+    INSERT INTO sagaflow_outbox_dead_letter
+        (id, shard, topic, key, payload, message_id, headers, created_at, error_class, reason)
+    SELECT o.id, o.shard, o.topic, o.key, o.payload, o.message_id, o.headers, o.created_at,
+           d.error_class, d.reason
+    FROM unnest($3::smallint[], $4::bigint[], $5::text[], $6::text[])
+        AS d(shard, id, error_class, reason)
+    JOIN sagaflow_outbox o ON o.shard = d.shard AND o.id = d.id
+    ON CONFLICT (id) DO UPDATE SET failed_at = clock_timestamp(),
+        error_class = excluded.error_class, reason = excluded.reason
+)
+DELETE FROM sagaflow_outbox o
+USING unnest($1::smallint[] || $3::smallint[], $2::bigint[] || $4::bigint[]) AS d(shard, id)
+WHERE o.shard = d.shard AND o.id = d.id
+"""
 
 _COLUMNS: Final = (
     "id, shard, topic, key, payload, message_id, headers::text AS headers, created_at, "

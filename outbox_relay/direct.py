@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaProducer
 from opentelemetry import trace
 
 from outbox_relay.message import LeasedRow
-from outbox_relay.relay import _PRODUCER_FAULTS, traced_headers
+from outbox_relay.publishing import _PRODUCER_FAULTS, traced_headers
 from participant_sdk.protocol import HEADER_MESSAGE_ID
 from participant_sdk.startup import started
 

@@ -33,10 +33,10 @@ from aiokafka import AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
 from outbox_relay.errors import RelayStateError
-from outbox_relay.relay import (
-    _CLAIM,
+from outbox_relay.leasing import _CLAIM
+from outbox_relay.loop import Relay
+from outbox_relay.publishing import (
     ProducerFactory,
-    Relay,
     _new_producer,
     _ProducerFault,
     _TransientPublishError,

@@ -40,6 +40,7 @@ HEAVY = (
     "coordinator.runtime.worker.worker", "coordinator.schedules", "coordinator.config.settings",
     "pydantic_settings", "aiokafka", "prometheus_client", "holidays",
     "participant_sdk.runner", "outbox_relay.relay", "outbox_relay.tick",
+    "outbox_relay.loop", "outbox_relay.leasing", "outbox_relay.publishing",
     "coordinator.runtime.signal_batch", "coordinator.runtime.signal_wire",
 )
 
