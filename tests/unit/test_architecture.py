@@ -1,4 +1,4 @@
-"""The layer contracts in architecture.toml hold, and they catch a forbidden import."""
+"""The layer contracts in architecture.toml hold and catch a forbidden import; modules stay small."""
 
 from __future__ import annotations
 
@@ -45,3 +45,10 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path) -> None:
         assert f"{contract} BROKEN" in out, out
     assert "coordinator.store.queries -> coordinator.api.auth" in out
     assert "The participant SDK stands alone KEPT" in out
+
+
+def test_no_module_of_the_three_packages_is_over_500_lines() -> None:
+    long = {str(path.relative_to(ROOT)): n for name in PACKAGES
+            for path in (ROOT / name).rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 500}
+    assert long == {}
