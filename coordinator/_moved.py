@@ -47,6 +47,8 @@ MOVED: dict[str, str] = {
     "coordinator.config_reference": "coordinator.cli.config_reference",
     "coordinator.opscli": "coordinator.cli.ops",
     "coordinator.observability.tracing": "coordinator.store.tracing",
+    "coordinator.schedules.calendars": "coordinator.language.calendars",
+    "coordinator.schedules.declared_fields": "coordinator.language.declared",
 }
 
 

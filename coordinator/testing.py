@@ -11,7 +11,10 @@ It drives the same pure core as production (:class:`coordinator.engine.simulate.
 folds every event through ``advance``) and answers each command with the participant's real
 handlers behind the SDK's in-memory barrier (``participant_sdk.testing.ParticipantHarness``).
 The clock is virtual: when nothing is in flight it jumps to the next due timer (a sleep's
-wake-up, a signal's timeout, a retry backoff, a delayed start), so days take no time.
+wake-up, a signal's timeout, a retry backoff, a delayed start, a task's reminder), so days
+take no time. Human tasks are completed as a given person (``run.complete``), their reminders,
+escalations and timeouts skipped to (``run.skip_to``), and what they published read back
+(``run.notifications``).
 Signals and queries go through the same validation as the API. Child sagas run too, each its
 own saga with its own history, started with the parent's decision and answered through
 deliveries applied in the receiver's own ``advance``, as the store and the timer loop do:
@@ -37,7 +40,14 @@ from coordinator.engine import (
     SagaState,
     compile_saga,
 )
-from coordinator.engine.decision import ChildStart, Decision, Delivery, TimerRequest
+from coordinator.engine.decision import (
+    ChildStart,
+    Decision,
+    Delivery,
+    TaskChange,
+    TimerRequest,
+)
+from coordinator.engine.events import TimerKind
 from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.simulate import Simulator
 from coordinator.language.nodes import ChildSaga
@@ -73,14 +83,14 @@ class SagaTestEnv:
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
 
     async def start(self, input: BaseModel | dict[str, Any], *,
-                    saga_id: uuid.UUID | None = None, start_at: datetime | None = None
-                    ) -> SagaRun:
+                    saga_id: uuid.UUID | None = None, start_at: datetime | None = None,
+                    started_by: str | None = None) -> SagaRun:
         """Start the saga and run it until it waits (for time, a signal, or its end)."""
         family = _Family(self)
         sim = family.add(Simulator(self.definition, saga_id=saga_id or uuid.uuid4(),
                                    now=self.now))
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else dict(input)
-        sim.start(data, start_at=start_at)
+        sim.start(data, start_at=start_at, started_by=started_by)
         run = SagaRun(self, sim, family)
         await run.run_until_idle()
         return run
@@ -250,6 +260,50 @@ class SagaRun:
                                    signal_id=signal_id)
         await self.run_until_idle()
         return decision
+
+    # -- human tasks ----------------------------------------------------------------------
+
+    def tasks(self, state: str | None = "open") -> list[dict[str, Any]]:
+        """The saga's human tasks as the tasks table holds them (``state`` None: all)."""
+        return [t for t in self.sim.tasks.values() if state is None or t["state"] == state]
+
+    def task(self, node: str) -> dict[str, Any]:
+        """The latest task the node ``node`` opened."""
+        found = [t for t in self.sim.tasks.values() if t["node"] == node]
+        if not found:
+            raise LookupError(f"node {node!r} opened no task")
+        return found[-1]
+
+    @property
+    def notifications(self) -> list[TaskChange]:
+        """Every task change published so far (what ``{prefix}.tasks`` would carry)."""
+        return list(self.sim.task_changes)
+
+    async def act(self, node: str, action: str, user: str, **kwargs: Any) -> Decision:
+        """``user`` acts on the node's open task (``groups``, ``admin``, ``data``, ``to_user``,
+        ``return_to_owner``, ``comment``), refused as the API refuses; then run until idle."""
+        decision = self.sim.act(self.task(node)["id"], action, user, **kwargs)
+        await self.run_until_idle()
+        return decision
+
+    async def complete(self, node: str, user: str, form: BaseModel | dict[str, Any], *,
+                       groups: Iterable[str] = (), claim: bool = True) -> Decision:
+        """Complete the node's task as ``user`` (claiming it first unless they hold it)."""
+        if claim and self.task(node)["assignee"] != user:
+            await self.act(node, "claim", user, groups=list(groups))
+        data = form.model_dump(mode="json") if isinstance(form, BaseModel) else dict(form)
+        return await self.act(node, "complete", user, groups=list(groups), data=data)
+
+    async def skip_to(self, kind: str) -> TimerRequest:
+        """Jump the clock to the next task timer of ``kind`` (``reminder``, ``escalation`` or
+        ``timeout``), fire it and run until idle; the timer fired."""
+        wanted = TimerKind(f"task_{kind}")
+        timer = self.sim.next_timer(wanted)
+        if timer is None:
+            raise LookupError(f"no pending task {kind}")
+        self.family.fire(self.sim, timer)
+        await self.run_until_idle()
+        return timer
 
     def query(self, name: str, model: type[M] | None = None) -> M | dict[str, Any]:
         answer = run_query(self.env.definition, self.state, name)

@@ -101,7 +101,7 @@ async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
         ctx.now() + timedelta(seconds=body.delay_seconds))
     started = await ctx.store.start_saga(body.type, body.input, saga_id=body.saga_id,
                                          version=body.version, actor=f"api:{who.name}",
-                                         start_at=start_at)
+                                         start_at=start_at, started_by=who.name)
     if not started.created:
         response.status_code = 200
     response.headers["Location"] = f"/sagas/{started.record.saga_id}"

@@ -19,6 +19,7 @@ from coordinator.engine.tree import (
     CompiledSaga,
     CompiledSleep,
     CompiledStep,
+    CompiledTask,
     CompiledWait,
     GroupKind,
     StepKind,
@@ -36,6 +37,7 @@ from coordinator.language.saga import (
     resolve_policy,
     validate_saga_class,
 )
+from coordinator.language.tasks import HumanTask
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "CompiledSaga",
     "CompiledSleep",
     "CompiledStep",
+    "CompiledTask",
     "CompiledWait",
     "GroupKind",
     "StepKind",
@@ -106,6 +109,8 @@ def _compile_node(spec: Any) -> CompiledNode:
         return CompiledWait(name=spec.name, signal=spec.signal, payload=spec.payload,
                             timeout=spec.timeout, on_timeout=spec.on_timeout,
                             description=spec.description)
+    if isinstance(spec, HumanTask):
+        return CompiledTask(name=spec.name, spec=spec)
     if isinstance(spec, flow.SleepUntil):
         return CompiledSleep(name=spec.name, until=spec.until, description=spec.description)
     if isinstance(spec, flow.Sequence):

@@ -21,10 +21,12 @@ from coordinator.engine.events import (
     ReplyReceived,
     SagaStarted,
     SignalReceived,
+    TaskActed,
     TimerFired,
 )
 from coordinator.engine.migrate import plan_migration
 from coordinator.engine.nested import answer_parent, on_parent_request
+from coordinator.engine.nodes.task import on_task
 from coordinator.engine.repair import on_repair
 from coordinator.engine.replies import on_reply, on_timer
 from coordinator.engine.signals import on_signal
@@ -79,6 +81,9 @@ def advance(
         ignored = on_parent_request(work, event)
     elif isinstance(event, SignalReceived):
         ignored = on_signal(work, event) if not state.status.is_terminal else "saga finished"
+    elif isinstance(event, TaskActed):
+        on_task(work, event)
+        drive(work)
     else:
         on_repair(work, event)
     if ignored is not None:
@@ -178,6 +183,7 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime,
         steps=steps,
         trace_context=dict(event.trace_context),
         parent=event.parent,
+        started_by=event.started_by,
         started_at=now,
         updated_at=now,
     )
@@ -224,6 +230,7 @@ def _decision(work: Work, event: Event, before: SagaState | None = None) -> Deci
         children=work.children,
         deliveries=work.deliveries,
         consumed_signals=work.consumed_signals,
+        tasks=work.tasks,
         ignored=None,
         moves=work.moves,
         touched=list(work.touched),

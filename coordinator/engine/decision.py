@@ -4,6 +4,7 @@ Exceptions of the engine::
 
     EngineError
      ├── InvalidTransition   an event (usually an operator verb) is not legal in this state
+     │    └── TaskRefused    a person may not act on a human task (the code says why)
      └── InvalidInput        a start event's input does not validate against the input model
 """
 
@@ -29,6 +30,8 @@ __all__ = [
     "InvalidInput",
     "InvalidTransition",
     "OutgoingCommand",
+    "TaskChange",
+    "TaskRefused",
     "TimerRequest",
 ]
 
@@ -43,6 +46,16 @@ class EngineError(Exception):
 
 class InvalidTransition(EngineError):
     """The event is not legal in the saga's current state; the message says why (HTTP 409)."""
+
+
+class TaskRefused(InvalidTransition):
+    """A person may not do that to a human task now. ``code`` says why: ``closed`` and
+    ``claimed`` (HTTP 409), ``not_candidate``, ``not_assignee`` and ``four_eyes`` (HTTP 403),
+    ``unknown`` (HTTP 404)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class InvalidInput(EngineError):
@@ -98,6 +111,26 @@ class ConsumedSignal(BaseModel):
     node: str
 
 
+class TaskChange(BaseModel):
+    """A human task opened, changed or closed by this decision: the store writes ``record``
+    to the tasks table and publishes the change on ``topic`` through the outbox, in the
+    decision's transaction."""
+
+    model_config = _FROZEN
+
+    task_id: str
+    #: The key of the task node.
+    node: str
+    #: What happened: created, claimed, unclaimed, reassigned, delegated, resolved,
+    #: commented, reminded, escalated, completed, rejected, expired or cancelled.
+    change: str
+    #: Who did it (``None``: the engine, on a timer or a rollback).
+    actor: str | None
+    #: The task as it now stands (the tasks table's row, as JSON).
+    record: dict[str, Any]
+    topic: str
+
+
 class Delivery(BaseModel):
     """An event for another saga (a parent's request to its child, a child's answer),
     written with this decision and applied later in that saga's own transaction: a change
@@ -151,6 +184,8 @@ class Decision(BaseModel):
     deliveries: list[Delivery] = Field(default_factory=list)
     #: Signals a wait consumed in this decision.
     consumed_signals: list[ConsumedSignal] = Field(default_factory=list)
+    #: Human tasks opened, changed or closed by this decision.
+    tasks: list[TaskChange] = Field(default_factory=list)
     #: Why the event changed nothing (duplicate or stale reply, stale timer), else ``None``.
     ignored: str | None = None
     #: Every phase change (key, node, from, to) and status change ("", "", from, to) made,

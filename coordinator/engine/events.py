@@ -25,6 +25,8 @@ __all__ = [
     "ReplyReceived",
     "SagaStarted",
     "SignalReceived",
+    "TaskActed",
+    "TaskAction",
     "TimerFired",
     "TimerKind",
     "event_from_json",
@@ -52,6 +54,12 @@ class TimerKind(StrEnum):
     SIGNAL_TIMEOUT = "signal_timeout"
     #: A delayed start's time came: the scheduled saga starts running.
     START = "start"
+    #: A human task's reminder is due: the people who can act on it are told again.
+    TASK_REMINDER = "task_reminder"
+    #: A human task's escalation tier is due: more people, or a higher priority.
+    TASK_ESCALATION = "task_escalation"
+    #: A human task's final timeout: rejected, decided by default, or the saga goes dead.
+    TASK_TIMEOUT = "task_timeout"
 
 
 class RepairVerb(StrEnum):
@@ -93,6 +101,9 @@ class SagaStarted(_EventBase):
     parent: ParentLink | None = None
     #: Run nothing before this time (timezone-aware): the saga is ``scheduled`` until then.
     start_at: AwareDatetime | None = None
+    #: Who started it (the API's principal, a schedule, a parent): human tasks with four
+    #: eyes keep this person from approving.
+    started_by: str | None = None
 
 
 class ReplyReceived(_EventBase):
@@ -156,6 +167,38 @@ class SignalReceived(_EventBase):
     sender: str = ""
 
 
+class TaskAction(StrEnum):
+    """What a person can do to a human task."""
+
+    CLAIM = "claim"
+    UNCLAIM = "unclaim"
+    COMPLETE = "complete"
+    REASSIGN = "reassign"
+    DELEGATE = "delegate"
+    COMMENT = "comment"
+
+
+class TaskActed(_EventBase):
+    """A person acted on a human task (API, client, CLI, web UI or the test kit). Who they
+    are (``actor``, ``groups``, ``admin``) is what the API authenticated; the engine decides
+    whether they may."""
+
+    type: Literal["task_acted"] = "task_acted"
+    task_id: str = Field(min_length=1, max_length=200)
+    action: TaskAction
+    actor: str = Field(min_length=1, max_length=200)
+    groups: list[str] = Field(default_factory=list)
+    admin: bool = False
+    #: ``complete``: the form, already validated against the task's form model.
+    data: dict[str, Any] | None = None
+    #: ``reassign`` / ``delegate``: the person the task goes to.
+    to_user: str | None = Field(default=None, min_length=1, max_length=200)
+    #: ``delegate``: the task comes back to the delegator once the delegate completes it.
+    return_to_owner: bool = False
+    #: ``comment`` (and an optional note on the other actions).
+    comment: str = Field(default="", max_length=2000)
+
+
 class Migrated(_EventBase):
     """An operator moved the saga from version ``from_version`` to ``to_version`` by the
     latter's declared migration; replay takes up the new version's definition here."""
@@ -170,7 +213,7 @@ class Migrated(_EventBase):
 
 Event = Annotated[
     SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived
-    | Migrated,
+    | Migrated | TaskActed,
     Field(discriminator="type"),
 ]
 

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import OperatorRepair, RepairVerb
-from coordinator.engine.nodes.base import abandon_wait
+from coordinator.engine.nodes import task
+from coordinator.engine.nodes.base import ROOT, abandon_wait
 from coordinator.engine.nodes.leaf import send_finish, succeed
 from coordinator.engine.starting import cancel_scheduled
 from coordinator.engine.state import Stage, Status, StepPhase
@@ -110,6 +111,10 @@ def _retry(w: Work, event: OperatorRepair) -> None:
         _redrive(w, key, _PHASE_OF[step.phase], event.payload)
         return
     key = _dead_step(w, event)
+    if task.is_task(w, w.step(key)):
+        w.update(status=_resumed(w), dead_step=None, reason=None)
+        task.reopen(w, key)
+        return
     spec, step = w.spec(key), w.step(key)
     # By the step's own phase, not the saga's stage: a race's loser whose undo gave up while
     # the saga confirmed the winners is cancelled again, never confirmed.
@@ -164,6 +169,9 @@ def _skip(w: Work, event: OperatorRepair) -> None:
         key = _current_step(w, event, waits=True)
     phase = w.step(key).phase
     note = f"skipped by {event.actor}: {event.reason}"
+    if task.is_task(w, w.step(key)):
+        task.skip(w, key, event.result, event.actor, note)
+        return
     if phase.is_deliberate_wait:
         _end_wait(w, key, event.result, note)
         return
@@ -248,6 +256,8 @@ def _resolve(w: Work, event: OperatorRepair) -> None:
         if step.outstanding is not None or step.retry_timer is not None:
             w.abandon(key)
             w.note(f"{key}: {step.phase.value} abandoned by resolve")
+        elif step.phase.is_deliberate_wait and task.is_task(w, step):
+            task.KIND.undo(w, w.definition.node(step.node), key, ROOT)
         elif step.phase.is_deliberate_wait:  # a wait the rollback never reached, dead first
             abandon_wait(w, key, step.phase, f"{step.phase.value} abandoned by resolve",
                          why="abandoned: the saga was resolved by hand")

@@ -5,11 +5,14 @@ from __future__ import annotations
 from coordinator.engine import starting
 from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
-from coordinator.engine.nodes import sleep, wait
+from coordinator.engine.nodes import sleep, task, wait
 from coordinator.engine.nodes.leaf import fail, send_finish, succeed
 from coordinator.engine.state import StepPhase
 from coordinator.engine.work import Work, message_id
 from participant_sdk.protocol import ErrorKind, Outcome
+
+TASK_TIMERS = frozenset({TimerKind.TASK_REMINDER, TimerKind.TASK_ESCALATION,
+                         TimerKind.TASK_TIMEOUT})
 
 __all__ = ["on_reply", "on_timer"]
 
@@ -89,6 +92,8 @@ def on_timer(w: Work, event: TimerFired) -> str | None:
         ignored = sleep.wake(w, event)
     elif event.kind is TimerKind.SIGNAL_TIMEOUT:
         ignored = wait.timed_out(w, event)
+    elif event.kind in TASK_TIMERS:
+        ignored = task.on_timer(w, event)
     else:  # a kind added to the enum but not handled here: refuse it, never guess
         return f"timer kind {event.kind.value!r} has no handler"
     if ignored is None:

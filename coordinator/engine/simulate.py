@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from coordinator.engine.decide import advance, replay
-from coordinator.engine.decision import Decision, HistoryEntry, TimerRequest
+from coordinator.engine.decision import Decision, HistoryEntry, TaskChange, TimerRequest
 from coordinator.engine.events import (
     Event,
     OperatorRepair,
@@ -22,6 +22,8 @@ from coordinator.engine.events import (
     ReplyReceived,
     SagaStarted,
     SignalReceived,
+    TaskActed,
+    TaskAction,
     TimerFired,
     TimerKind,
     event_from_json,
@@ -69,6 +71,9 @@ class Simulator:
         #: Commands not yet answered by :meth:`reply`, by message id.
         self.pending: dict[uuid.UUID, CommandEnvelope] = {}
         self.timers: dict[str, TimerRequest] = {}
+        #: Human tasks as the tasks table would hold them, by id, and every change reported.
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.task_changes: list[TaskChange] = []
         self._replies = 0
 
     @property
@@ -93,6 +98,9 @@ class Simulator:
             self.timers.pop(tid, None)
         for timer in decision.timers:
             self.timers[timer.timer_id] = timer
+        for change in decision.tasks:
+            self.tasks[change.task_id] = {**self.tasks.get(change.task_id, {}), **change.record}
+            self.task_changes.append(change)
         return decision
 
     def _child_commands(self, decision: Decision) -> list[CommandEnvelope]:
@@ -111,10 +119,17 @@ class Simulator:
         return out
 
     def start(self, input: dict[str, Any], trace_context: dict[str, str] | None = None,
-              *, start_at: datetime | None = None) -> Decision:
+              *, start_at: datetime | None = None, started_by: str | None = None) -> Decision:
         return self.apply(SagaStarted(saga_id=self.saga_id, saga_type=self.definition.name,
                                       version=self.definition.version, input=input,
-                                      trace_context=trace_context or {}, start_at=start_at))
+                                      trace_context=trace_context or {}, start_at=start_at,
+                                      started_by=started_by))
+
+    def act(self, task_id: str, action: TaskAction | str, actor: str, **kwargs: Any) -> Decision:
+        """A person acts on a human task (``groups``, ``admin``, ``data``, ``to_user``, ...
+        as :class:`TaskActed` takes them)."""
+        return self.apply(TaskActed(task_id=task_id, action=TaskAction(action), actor=actor,
+                                    **kwargs))
 
     def last(self, step: str | None = None, phase: Phase | None = None) -> CommandEnvelope:
         """The latest command sent (for ``step`` / ``phase`` if given)."""

@@ -268,6 +268,8 @@ class SagaState(BaseModel):
     completions: int = 0
     #: A delayed start's time (status ``scheduled`` until then).
     start_at: datetime | None = None
+    #: Who started the saga, when the starter said (the API's principal): four eyes.
+    started_by: str | None = None
     #: Signals received that no wait has consumed yet, in arrival order.
     signals: list[KeptSignal] = Field(default_factory=list)
     #: Version guards decided so far: change id -> ``"old"`` or ``"new"`` (see ``Patched``).

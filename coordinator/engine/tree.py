@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from coordinator.language.policies import RetryPolicy
 from coordinator.language.saga import Guard, Mapper, Saga
+from coordinator.language.tasks import HumanTask
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX, Phase, command_topic, reply_topic
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "CompiledSaga",
     "CompiledSleep",
     "CompiledStep",
+    "CompiledTask",
     "CompiledWait",
     "GroupKind",
     "StepKind",
@@ -57,6 +59,8 @@ class WaitKind(StrEnum):
 
     SLEEP = "sleep"
     SIGNAL = "signal"
+    #: A human task: waits for a person to complete its form.
+    TASK = "task"
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,38 @@ class CompiledSleep:
         else:
             out["computed"] = "duration" if self.duration is not None else "until"
         return out
+
+
+@dataclass(frozen=True)
+class CompiledTask:
+    """A human task: the declaration as written (``spec``) and its form's JSON Schema."""
+
+    name: str
+    spec: HumanTask
+    kind: WaitKind = WaitKind.TASK
+
+    @property
+    def description(self) -> str:
+        return self.spec.description if isinstance(self.spec.description, str) else ""
+
+    @cached_property
+    def form_schema(self) -> dict[str, Any]:
+        return self.spec.form.model_json_schema()
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.spec
+        timeout = s.on_timeout if isinstance(s.on_timeout, str) else "default_decision"
+        return {"name": self.name, "kind": self.kind.value, "description": self.description,
+                "form_schema": self.form_schema, "outcome_field": s.outcome_field,
+                "reject": list(s.reject), "priority": s.priority,
+                "users": None if callable(s.users) else list(s.users),
+                "groups": None if callable(s.groups) else list(s.groups),
+                "due_s": s.due.total_seconds() if isinstance(s.due, timedelta) else None,
+                "business_time": s.calendar is not None,
+                "reminders": s.max_reminders if s.remind_after or s.remind_every else 0,
+                "escalations": len(s.escalations),
+                "timeout_s": s.timeout.total_seconds() if s.timeout else None,
+                "on_timeout": timeout, "four_eyes": s.four_eyes, "chain": s.chain}
 
 
 @dataclass(frozen=True)
@@ -213,7 +249,7 @@ class CompiledGroup:
         return out
 
 
-CompiledNode = CompiledStep | CompiledGroup | CompiledSleep | CompiledWait
+CompiledNode = CompiledStep | CompiledGroup | CompiledSleep | CompiledWait | CompiledTask
 
 
 @dataclass(frozen=True)

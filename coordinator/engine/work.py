@@ -12,6 +12,7 @@ from coordinator.engine.decision import (
     ConsumedSignal,
     Delivery,
     OutgoingCommand,
+    TaskChange,
     TimerRequest,
 )
 from coordinator.engine.events import Event, ParentRequest, TimerKind
@@ -70,6 +71,7 @@ class Work:
         self.children: list[ChildStart] = []
         self.deliveries: list[Delivery] = []
         self.consumed_signals: list[ConsumedSignal] = []
+        self.tasks: list[TaskChange] = []
         self.notes: list[str] = []
         #: The steps mapping this decision built (safe to edit in place), if any.
         self._own_steps: dict[str, StepState] | None = None

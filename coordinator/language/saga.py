@@ -66,6 +66,7 @@ from coordinator.language.steps import (
     _Unset,
     resolve_policy,
 )
+from coordinator.language.tasks import HumanTask, task_problems
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -258,6 +259,11 @@ def node_problems(where: str, nodes: cabc.Sequence[Any], seen: set[str], depth: 
             out.extend(_sleep_problems(f"{where}.{node.name}", node, seen))
             seen.add(node.name)
             continue
+        if isinstance(node, HumanTask):
+            out.extend(_name_problems(f"{where}.{node.name}", node.name, seen))
+            out.extend(task_problems(f"{where}.{node.name}", node))
+            seen.add(node.name)
+            continue
         if isinstance(node, WaitForSignal):
             out.extend(_wait_problems(f"{where}.{node.name}", node, seen))
             seen.add(node.name)
@@ -345,7 +351,6 @@ def _wait_problems(at: str, node: WaitForSignal, seen: set[str]) -> list[str]:
 
 
 def _name_problems(at: str, name: Any, seen: set[str]) -> list[str]:
-
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         return [f"{at}: node name must be identifier-like (letters, digits, _ and -)"]
     if name in seen:

@@ -22,6 +22,7 @@ from coordinator.engine.compiled import (
     CompiledSaga,
     CompiledSleep,
     CompiledStep,
+    CompiledTask,
     CompiledWait,
     GroupKind,
     StepKind,
@@ -31,7 +32,7 @@ from coordinator.language.saga import DefinitionError, Saga
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
 from participant_sdk.version import version_line
 
-__all__ = ["load_saga_class", "main_diagram", "mermaid"]
+__all__ = ["load_saga_class", "main_diagram", "mermaid", "task_summary"]
 
 _KIND_LABEL = {"parallel": "parallel", "race": "first of", "foreach": "for each",
                "choice": "choice", "sequence": "sequence", "patched": "version guard"}
@@ -43,6 +44,24 @@ def _node_id(state: str) -> str:
 
 def _label(text: str) -> str:
     return text.replace('"', "'")
+
+
+def task_summary(node: CompiledTask) -> str:
+    """One line on a human task for the drawings: who, by when, what happens if nobody acts."""
+    s = node.spec
+    who = "mapped candidates" if callable(s.users) or callable(s.groups) else ", ".join(
+        [*s.users, *(f"group {g}" for g in s.groups)])
+    parts = [f"human task for {who}"]
+    if isinstance(s.due, timedelta):
+        parts.append(f"due {s.due}" + (" business time" if s.calendar else ""))
+    if s.escalations:
+        parts.append(f"{len(s.escalations)} escalation tier(s)")
+    if s.timeout is not None:
+        then = s.on_timeout if isinstance(s.on_timeout, str) else "default decision"
+        parts.append(f"timeout {s.timeout}: {then}")
+    if s.four_eyes:
+        parts.append("four eyes")
+    return "; ".join(parts)
 
 
 def mermaid(definition: CompiledSaga, current: str | Iterable[str] | None = None) -> str:
@@ -115,6 +134,9 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
         limit = f"timeout {node.timeout}: {node.on_timeout}" if node.timeout else "no timeout"
         lines.append(f'{pad}state "{_label(node.name)} (wait for signal {node.signal}; '
                      f'{limit})" as {nid}')
+        return nid
+    if isinstance(node, CompiledTask):
+        lines.append(f'{pad}state "{_label(node.name)} ({task_summary(node)})" as {nid}')
         return nid
     title = f"{_KIND_LABEL[node.kind.value]} {node.name}"
     if node.kind is GroupKind.FOREACH:

@@ -2,7 +2,7 @@
 across any number of coordinator replicas, with overlap and catch-up policies and business
 calendars (see the README's "Schedules" section)."""
 
-from coordinator.schedules.calendars import BusinessCalendar, add_business_days
+from coordinator.language.calendars import BusinessCalendar, add_business_days
 from coordinator.schedules.declared import (
     DeclaredSchedule,
     declared_mappers,

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from coordinator.schedules.declared_fields import Declared
+from coordinator.language.declared import Declared
 from coordinator.schedules.spec import ScheduleSpec
 
 __all__ = ["SCHEDULE_ID", "Outcome", "Overlap", "ScheduleDefinition", "ScheduleState"]

@@ -11,7 +11,7 @@ from uuid import UUID
 
 import asyncpg
 
-from coordinator.schedules.declared_fields import STORED
+from coordinator.language.declared import STORED
 from coordinator.schedules.errors import ScheduleConflict, ScheduleNotFound
 from coordinator.schedules.model import ScheduleDefinition, ScheduleState
 

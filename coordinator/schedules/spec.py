@@ -19,8 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from coordinator.schedules.calendars import BusinessCalendar
-from coordinator.schedules.declared_fields import Declared
+from coordinator.language.calendars import BusinessCalendar
+from coordinator.language.declared import Declared
 
 __all__ = ["IntervalSpec", "ScheduleSpec"]
 

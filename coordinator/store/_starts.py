@@ -39,6 +39,7 @@ class StartsMixin(TransactionsMixin):
         actor: str = "api",
         trace_context: dict[str, str] | None = None,
         start_at: datetime | None = None,
+        started_by: str | None = None,
     ) -> StartResult:
         """Start a saga, idempotently by id; with a later ``start_at`` it is ``scheduled``
         until then (its first command goes out at that time).
@@ -48,7 +49,7 @@ class StartsMixin(TransactionsMixin):
         :class:`SagaConflict`. ``trace_context`` defaults to the current OpenTelemetry context.
         """
         definition, event, digest = self._start_event(saga_type, input, saga_id, version,
-                                                      trace_context, start_at)
+                                                      trace_context, start_at, started_by)
 
         async def work(conn: asyncpg.Connection) -> tuple[SagaRecord, bool, datetime | None]:
             return await self._start_in(conn, definition, event, digest, actor)
@@ -59,7 +60,7 @@ class StartsMixin(TransactionsMixin):
 
     def _start_event(self, saga_type: str, input: Any, saga_id: UUID | None,
                      version: int | None, trace_context: dict[str, str] | None,
-                     start_at: datetime | None = None,
+                     start_at: datetime | None = None, started_by: str | None = None,
                      ) -> tuple[CompiledSaga, SagaStarted, bytes]:
         """The definition, start event and input digest of a start (raises on bad input)."""
         definition = self.definition(saga_type, version)
@@ -78,6 +79,7 @@ class StartsMixin(TransactionsMixin):
             input=data,
             trace_context=trace_context,
             start_at=start_at,
+            started_by=started_by,
         )
         return definition, event, input_hash(data)
 

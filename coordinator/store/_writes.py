@@ -21,6 +21,7 @@ from coordinator.engine.decision import Delivery
 from coordinator.engine.work import ACTIVE_PHASE
 from coordinator.store.nodes import UPSERT_NODES, dumps, node_writes, spine_json
 from coordinator.store.signals import mark_consumed
+from coordinator.store.tasks import TaskWrite, task_messages, write_tasks
 from outbox_relay.message import (
     LeasedRow,
     OutboxMessage,
@@ -222,7 +223,8 @@ def command_headers(trace_context: Mapping[str, str]) -> dict[str, str]:
 class _Batch:
     """The parameters of :data:`WRITE_SAGAS` for a list of changes, and what else they need."""
 
-    __slots__ = ("args", "consumed", "finals", "headers", "messages", "nodes", "timers")
+    __slots__ = ("args", "consumed", "finals", "headers", "messages", "nodes", "tasks",
+                 "timers")
 
     def __init__(self, changes: Sequence[Change]) -> None:
         # One history row per change; one spine update per saga, the last change of each
@@ -256,6 +258,9 @@ class _Batch:
             for c in changes
             for cmd in c.decision.commands
         ]
+        self.tasks = [TaskWrite(c.saga.saga_id, c.seq, i, c.now, task)
+                      for c in changes for i, task in enumerate(c.decision.tasks)]
+        messages.extend(task_messages(self.tasks))
         outbox = insert_args(messages)
         self.headers: list[str] = outbox[4]
         self.args: list[Any] = [
@@ -331,6 +336,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Sequence[Change],
         leased.extend(batch.leased(row))
     await batch.nodes.delete(conn)
     await mark_consumed(conn, batch.consumed)
+    await write_tasks(conn, batch.tasks)
     earliest = batch.earliest()
     if sent:
         first = min(at for _, at in sent)
@@ -345,9 +351,10 @@ async def write_at_once(conn: asyncpg.Connection, changes: Sequence[Change], *,
     each saga's part only if its row is still at the history seq its changes were decided on.
     Returns the ids of the sagas written, the earliest timer they inserted and the outbox rows
     leased to the caller (with a ``lease``); ``None`` (and nothing written) when the changes
-    need more than that statement (deliveries, consumed signals, deleted nodes): the caller
-    takes the locking path then."""
-    if any(c.decision.deliveries or c.decision.consumed_signals for c in changes):
+    need more than that statement (deliveries, consumed signals, human tasks, deleted nodes):
+    the caller takes the locking path then."""
+    if any(c.decision.deliveries or c.decision.consumed_signals or c.decision.tasks
+           for c in changes):
         return None
     batch = _Batch(changes)
     if batch.nodes.deleted:

@@ -23,6 +23,7 @@ from coordinator.store._base import utcnow as utcnow
 from coordinator.store._lifecycle import LifecycleMixin
 from coordinator.store._reads import ReadsMixin
 from coordinator.store._signalling import SignalsMixin
+from coordinator.store._tasks import TasksMixin
 from coordinator.store._timers import TimersMixin
 from coordinator.store._timers import _Timer as _Timer
 from coordinator.store._transactions import CONNECTION_ERRORS as CONNECTION_ERRORS
@@ -30,8 +31,8 @@ from coordinator.store._transactions import CONNECTION_ERRORS as CONNECTION_ERRO
 __all__ = ["RegistryLike", "SagaStore"]
 
 
-class SagaStore(LifecycleMixin, SignalsMixin, TimersMixin, ReadsMixin):
+class SagaStore(LifecycleMixin, SignalsMixin, TimersMixin, TasksMixin, ReadsMixin):
     """Saga state in Postgres. Build it on a pool, or let :meth:`open` own one.
 
     Its parts: ``_lifecycle`` (pool, listeners), ``_transactions`` (retry, write, after
-    commit), ``_starts``, ``_signalling``, ``_apply``, ``_timers`` and ``_reads``."""
+    commit), ``_starts``, ``_signalling``, ``_apply``, ``_timers``, ``_tasks`` and ``_reads``."""

@@ -20,6 +20,7 @@ from coordinator.engine.compiled import (
     CompiledSaga,
     CompiledSleep,
     CompiledStep,
+    CompiledTask,
     CompiledWait,
     GroupKind,
     StepKind,
@@ -73,7 +74,9 @@ def _title(node: CompiledGroup) -> str:
     return text
 
 
-def _leaf_label(node: CompiledStep | CompiledSleep | CompiledWait) -> str:
+def _leaf_label(node: CompiledStep | CompiledSleep | CompiledWait | CompiledTask) -> str:
+    if isinstance(node, CompiledTask):
+        return f"{node.name} · human task"
     if isinstance(node, CompiledSleep):
         return f"{node.name} · sleep"
     if isinstance(node, CompiledWait):

@@ -30,15 +30,16 @@ from coordinator.engine.events import (
 )
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
+from coordinator.language.calendars import BusinessCalendar
 from coordinator.language.nodes import Patched, SagaStep, Sleep, WaitForSignal
 from coordinator.language.saga import Saga
 from coordinator.runtime.signal_wire import SignalEnvelope
-from coordinator.schedules.calendars import BusinessCalendar
 from coordinator.schedules.model import Overlap, ScheduleDefinition
 from coordinator.schedules.repository import stored_columns
 from coordinator.schedules.spec import IntervalSpec, ScheduleSpec
 from coordinator.store.nodes import node_writes, spine_json
 from examples.checkout_saga import CheckoutSaga
+from examples.expense_saga import ExpenseSaga
 from examples.order_saga import OrderInput, OrderSaga
 from participant_sdk.protocol import (
     ErrorInfo,
@@ -155,6 +156,24 @@ def _guarded_run() -> Simulator:
     return sim
 
 
+def _task_run() -> tuple[Simulator, dict[str, Any]]:
+    """An expense waiting on its manager's task (reminded, escalated), then approved."""
+    sim = Simulator(compile_saga(ExpenseSaga), saga_id=uuid.UUID(int=9),
+                    now=datetime(2026, 3, 2, 9, tzinfo=UTC))
+    sim.start({"expense_id": "x-1", "employee": "erin", "manager": "mia",
+               "amount_cents": 12_000}, started_by="erin")
+    sim.reply_to(sim.last())
+    out: dict[str, Any] = {kind: sim.next_timer(TimerKind(f"task_{kind}"))
+                           for kind in ("reminder", "escalation", "timeout")}
+    sim.fire_next(TimerKind.TASK_REMINDER)
+    sim.fire_next(TimerKind.TASK_ESCALATION)
+    task = next(iter(sim.tasks))
+    sim.act(task, "claim", "mia")
+    out["waiting"] = sim.current
+    sim.act(task, "complete", "mia", data={"outcome": "approve", "comment": "fine"})
+    return sim, out
+
+
 def _node_rows(state: Any) -> list[dict[str, Any]]:
     writes = node_writes([(state.saga_id, None, state, ())])
     return [{"key": k, "ordinal": o, "state": json.loads(s)}
@@ -200,6 +219,11 @@ def documents() -> dict[str, Any]:
         docs[f"stored/timer-{row['kind']}.json"] = row
     kinds |= {d.history[0].event.to_json()["type"]: d.history[0].event.to_json()
               for d in waits.decisions if d.history}
+    tasks, tasked = _task_run()
+    docs["stored/snapshot-task-waiting.json"] = tasked["waiting"].to_json()
+    for kind in ("reminder", "escalation", "timeout"):
+        docs[f"stored/timer-task_{kind}.json"] = _timer_row(tasked[kind], tasks.saga_id)
+    kinds["task_acted"] = tasks.history[-1].event.to_json()
     kinds["operator_repair"] = OperatorRepair(
         verb=RepairVerb.SKIP, actor="alice", reason="paid by hand", step="reserve_funds",
         result={"held": 1250}).to_json()

@@ -22,7 +22,7 @@ ENGINE = {
     "CompiledSaga", "CompiledStep", "Decision", "EngineError", "ErrorRecord", "Event",
     "HistoryEntry", "InvalidInput", "InvalidTransition", "OperatorRepair", "OutgoingCommand",
     "ParentRequest", "Outstanding", "RepairVerb", "ReplyReceived", "SagaStarted", "SagaState",
-    "SignalReceived", "Stage",
+    "SignalReceived", "Stage", "TaskActed", "TaskAction",
     "Status", "StepKind", "StepPhase", "StepState", "TimerFired", "TimerKind", "TimerRequest",
     "advance", "compile_saga", "event_from_json", "message_id", "replay", "timer_id",
 }

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
+from coordinator.language.declared import STORED
 from coordinator.schedules import (
     BusinessCalendar,
     IntervalSpec,
@@ -17,7 +18,6 @@ from coordinator.schedules import (
     add_business_days,
     run_saga_id,
 )
-from coordinator.schedules.declared_fields import STORED
 
 NY = ZoneInfo("America/New_York")
 

@@ -38,6 +38,7 @@ from coordinator.language.nodes import (
     WaitForSignal,
 )
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep, TccStep
+from coordinator.language.tasks import Approval, Escalation, HumanTask
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 
 FAST = RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=10))
@@ -105,7 +106,13 @@ def _leaf(draw: st.DrawFn, names: itertools.count[int], in_race: bool) -> Any:
     when = None if guard is None else (
         (lambda ctx: ctx.input.flag) if guard == "flag" else (lambda ctx: not ctx.input.flag))
     kind = draw(st.sampled_from(["tcc", "tcc", "tcc", "saga", "saga", "saga", "child",
-                                 "sleep", "wait"]))
+                                 "sleep", "wait", "task"]))
+    if kind == "task":  # the random driver claims and completes it; its timeout ends it
+        return HumanTask(name, title=name, users=("u",), groups=("g",),
+                         remind_after=timedelta(minutes=30), max_reminders=1,
+                         escalations=(Escalation(after=timedelta(minutes=40), to_users=("v",)),),
+                         timeout=timedelta(hours=1),
+                         on_timeout=draw(st.sampled_from(["reject", TIMEOUT_DECISION])))
     if kind == "wait":  # the random driver sends signals (some early, some twice)
         return WaitForSignal(name, draw(st.sampled_from(["go", "stop"])),
                              timeout=timedelta(hours=1),
@@ -270,9 +277,14 @@ def outstanding(sim: Simulator) -> list[CommandEnvelope]:
     return [c for c in sim.sent if c.message_id in ids]
 
 
+TIMEOUT_DECISION = Approval(outcome="approve", comment="timed out")
+#: (action, person, outcome): claims by a candidate and by a stranger, completions either way.
+TASK_ACTS = [("claim", "u", "approve"), ("claim", "x", "approve"), ("unclaim", "u", "approve"),
+             ("complete", "u", "approve"), ("complete", "u", "reject"),
+             ("complete", "v", "approve")]
 REPLIES = [Outcome.OK, Outcome.OK, Outcome.OK, Outcome.REJECTED, Outcome.FAILED]
 ACTIONS = ["reply", "reply", "reply", "reply", "duplicate", "timer", "timer", "drop",
-           "repair", "signal"]
+           "repair", "signal", "task"]
 
 
 @dataclass
@@ -303,6 +315,14 @@ def drive_randomly(data: st.DataObject, run: Run, steps: int = 60) -> None:
             name = data.draw(st.sampled_from(sorted(sim.definition.signals)), label="signal")
             sim.signal(name, signal_id=data.draw(st.sampled_from(["s1", "s2", "s3"]),
                                                  label="signal id"))
+        elif action == "task" and (open_ := sorted(
+                t["id"] for t in sim.tasks.values() if t["state"] == "open")):
+            task = data.draw(st.sampled_from(open_), label="task")
+            verb = data.draw(st.sampled_from(TASK_ACTS), label="task act")
+            try:
+                sim.act(task, verb[0], verb[1], groups=["g"], data={"outcome": verb[2]})
+            except InvalidTransition:
+                continue
         elif action == "drop" and sim.pending:
             del sim.pending[data.draw(st.sampled_from(sorted(sim.pending, key=str)))]
         elif action == "repair":

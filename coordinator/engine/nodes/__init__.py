@@ -10,6 +10,7 @@ from coordinator.engine.nodes import (
     sequence,
     sleep,
     step,
+    task,
     wait,
 )
 from coordinator.engine.nodes.base import ROOT, Progress, Scope, forward, undo
@@ -26,6 +27,7 @@ base.KINDS.update({
     "patched": patched.KIND,
     "sleep": sleep.KIND,
     "signal": wait.KIND,
+    "task": task.KIND,
 })
 
 __all__ = ["ROOT", "Progress", "Scope", "forward", "undo"]

@@ -13,10 +13,9 @@ from datetime import date, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-import holidays
 from pydantic import ConfigDict, Field, model_validator
 
-from coordinator.schedules.declared_fields import Declared
+from coordinator.language.declared import Declared
 
 __all__ = ["BusinessCalendar", "add_business_days"]
 
@@ -26,6 +25,8 @@ MAX_CLOSED_RUN = 400
 
 @functools.lru_cache(maxsize=64)
 def _public_holidays(country: str, subdivision: str | None) -> Container[date]:
+    import holidays  # ~100 ms: only where a calendar names a country, not at every import
+
     try:
         found: Container[date] = holidays.country_holidays(country, subdiv=subdivision)
     except NotImplementedError as exc:
