@@ -45,10 +45,12 @@ _RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who called: the configured name (recorded as the actor) and the role."""
+    """Who called: the configured name (recorded as the actor), the role, and the groups the
+    person is in (human tasks are offered to groups)."""
 
     name: str
     role: Role
+    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
