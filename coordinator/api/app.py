@@ -23,6 +23,7 @@ from coordinator.api.routes_results import router as results_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
 from coordinator.api.routes_signals import router as signals_router
+from coordinator.api.routes_tasks import router as tasks_router
 from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.routes_versions import router as versions_router
 from coordinator.api.settings import ApiSettings
@@ -42,7 +43,9 @@ __all__ = ["create_app"]
 _DESCRIPTION = """
 Operate sagas: start them, find them, read their history, and repair the ones that are dead or
 stuck. Every call needs `Authorization: Bearer <token>` (or `X-API-Key`); `viewer` reads,
-`operator` starts and repairs, `admin` may also discard dead letters. Errors share one body:
+`operator` starts and repairs, `admin` may also discard dead letters. Human tasks (`/tasks`)
+are for every signed-in person: the engine decides who may claim and complete. Errors share
+one body:
 `{"error": {"code", "message", "details"}}`.
 """
 
@@ -128,6 +131,7 @@ def create_app(
     app.include_router(sagas_router)
     app.include_router(versions_router)
     app.include_router(signals_router)
+    app.include_router(tasks_router)
     app.include_router(results_router)
     app.include_router(schedules_router)
     app.include_router(jobs_router)

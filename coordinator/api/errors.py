@@ -10,7 +10,8 @@ Hierarchy::
     └── BadRequest           400 (also 422 for semantically invalid bodies)
 
 Errors of the store (``StoreError``) and of the engine (``InvalidTransition``,
-``InvalidInput``) are mapped here too, so every error body has the same shape::
+``InvalidInput``, ``TaskRefused`` by its ``code``) are mapped here too, so every error body
+has the same shape::
 
     {"error": {"code": "invalid_transition", "message": "...", "details": ...}}
 """
@@ -29,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine import InvalidTransition
+from coordinator.engine.decision import TaskRefused
 from coordinator.sagas.queries import QueryFailed, UnknownQuery
 from coordinator.store import (
     InvalidInput,
@@ -117,6 +119,12 @@ class BadRequest(ApiError):
     code = "bad_request"
 
 
+#: A person may not act on a task: the engine's reason, as a status.
+_TASK_REFUSED = {"unknown": 404, "closed": 409, "claimed": 409, "not_candidate": 403,
+                 "not_assignee": 403, "four_eyes": 403, "bad_request": 400}
+_TASK_CODES = {"unknown": "task_not_found"}
+
+
 def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details}}
 
@@ -171,6 +179,10 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
     elif isinstance(exc, QueryFailed):
         log.error("query failed on %s: %s", request.url.path, exc)
         status, body = 500, _body("query_failed", str(exc))
+    elif isinstance(exc, TaskRefused):
+        status = _TASK_REFUSED.get(exc.code, 409)
+        body = _body(_TASK_CODES.get(exc.code, f"task_{exc.code}"), str(exc),
+                     {"reason": exc.code})
     elif isinstance(exc, InvalidTransition):
         status, body = 409, _body("invalid_transition", str(exc))
     elif isinstance(exc, EngineInvalidInput):

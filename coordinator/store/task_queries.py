@@ -68,8 +68,11 @@ def _where(f: TaskFilter) -> tuple[str, list[Any]]:
     if f.scope != "all":
         if f.user is None:
             raise ValueError("an inbox needs the person whose it is")
-        u, g = arg(f.user), arg(list(f.groups))
-        clauses.append(_SCOPES[f.scope].format(u=u, g=g))
+        scope = _SCOPES[f.scope]
+        u = arg(f.user)
+        # A parameter the query does not use has no type Postgres can infer: bind only used.
+        g = arg(list(f.groups)) if "{g}" in scope else ""
+        clauses.append(scope.format(u=u, g=g))
     if f.state is not None:
         clauses.append(f"t.state = {arg(f.state)}")
     if f.overdue:

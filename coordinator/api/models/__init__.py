@@ -47,6 +47,21 @@ from coordinator.api.models.sagas import (
     StartRequest,
     StepOut,
 )
+from coordinator.api.models.tasks import (
+    TaskActionOut,
+    TaskComment,
+    TaskCommentRequest,
+    TaskCompleteRequest,
+    TaskCountsOut,
+    TaskDelegateRequest,
+    TaskDetail,
+    TaskPageOut,
+    TaskReassignRequest,
+    TaskState,
+    TaskSummary,
+    task_detail,
+    task_summary,
+)
 from coordinator.api.models.verify import VerifyJobOut, VerifyOut, VerifyRequest
 
 __all__ = [
@@ -83,6 +98,17 @@ __all__ = [
     "SkipRequest",
     "StartRequest",
     "StepOut",
+    "TaskActionOut",
+    "TaskComment",
+    "TaskCommentRequest",
+    "TaskCompleteRequest",
+    "TaskCountsOut",
+    "TaskDelegateRequest",
+    "TaskDetail",
+    "TaskPageOut",
+    "TaskReassignRequest",
+    "TaskState",
+    "TaskSummary",
     "Text",
     "VerifyJobOut",
     "VerifyOut",
@@ -93,4 +119,6 @@ __all__ = [
     "history_entry",
     "retries",
     "summary",
+    "task_detail",
+    "task_summary",
 ]
