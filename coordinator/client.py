@@ -7,12 +7,17 @@
         await client.signal(saga, "paid", Payment(amount_cents=100))
         progress = await client.query(saga, "progress", PaymentProgress)
         outcome = await client.result(saga, wait=timedelta(minutes=5))
+        task = (await client.tasks.list(scope="available"))[0]
+        await client.tasks.claim(task["id"])
+        await client.tasks.complete(task["id"], Approval(outcome="approve"))
 
 It speaks the operator API over httpx. Connection errors are retried (with backoff) only where
 a repeat is safe: reads, starts (the client picks the saga id, so a repeat is the same start)
 and signals (the client picks the signal id, so a repeat is applied once). A repair is
 repeated only when the request never left (a refused connection). Waiting for a result is a
 series of server-side long polls (``GET /sagas/{id}/result?wait=``), not a sleep loop here.
+Human tasks are acted on as the token's person (``client.tasks``); the server decides who
+may, and a refusal is a :class:`SagaApiError` (``task_claimed``, ``task_four_eyes``, ...).
 
 Exceptions::
 
@@ -34,11 +39,13 @@ from pydantic import BaseModel
 
 from coordinator.language.saga import Saga
 
-__all__ = ["SagaApiError", "SagaClient", "SagaClientError"]
+__all__ = ["SagaApiError", "SagaClient", "SagaClientError", "TaskVerbs"]
 
 M = TypeVar("M", bound=BaseModel)
 SagaRef = UUID | str
 _LONG_POLL_S = 50.0
+#: Rows of a listing (an alias: ``TaskVerbs.list`` shadows the builtin in its class).
+Rows = list[dict[str, Any]]
 
 
 class SagaClientError(Exception):
@@ -71,6 +78,8 @@ class SagaClient:
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=limits,
                                        transport=transport)
         self._retries = retries
+        #: The human-task verbs, acting as the token's person.
+        self.tasks = TaskVerbs(self._call)
 
     async def __aenter__(self) -> Self:
         return self
@@ -212,3 +221,74 @@ class SagaClient:
     async def resolve(self, saga_id: SagaRef, reason: str, *, status: str = "completed"
                       ) -> dict[str, Any]:
         return await self._repair("resolve", saga_id, reason, status=status)
+
+
+def _query(params: dict[str, Any]) -> dict[str, str]:
+    """Query parameters as the API reads them (``true``/``false``; ``None`` left out)."""
+    return {k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in params.items() if v is not None}
+
+
+class TaskVerbs:
+    """Human tasks through the API: the inbox, one task, and the actions on it. Reads are
+    retried; actions only when the request never left (a repeated completion would be a
+    409 ``task_closed``)."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    async def list(self, *, scope: str = "inbox", limit: int = 50, cursor: str | None = None,
+                   **filters: Any) -> Rows:
+        """One page of ``GET /tasks`` (``scope``: inbox, mine, available, all; filters:
+        ``state``, ``overdue``, ``saga_type``, ``saga_id``, ``min_priority``, ``assignee``,
+        ``candidate_group``, ``text``)."""
+        page = await self.page(scope=scope, limit=limit, cursor=cursor, **filters)
+        items: Rows = page["items"]
+        return items
+
+    async def page(self, **params: Any) -> dict[str, Any]:
+        """``GET /tasks`` as the API answers it: ``items`` and ``next_cursor``."""
+        data: dict[str, Any] = await self._call("GET", "/tasks", params=_query(params))
+        return data
+
+    async def counts(self, *, scope: str = "inbox", **filters: Any) -> dict[str, int]:
+        data: dict[str, int] = await self._call(
+            "GET", "/tasks/counts", params=_query({"scope": scope, **filters}))
+        return data
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        """One task, with ``form_schema`` (the form's JSON Schema) and ``comments``."""
+        data: dict[str, Any] = await self._call("GET", f"/tasks/{task_id}")
+        return data
+
+    async def of_saga(self, saga_id: SagaRef) -> Rows:
+        data: Rows = await self._call("GET", f"/sagas/{saga_id}/tasks")
+        return data
+
+    async def _act(self, task_id: str, verb: str, body: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+        data: dict[str, Any] = await self._call("POST", f"/tasks/{task_id}/{verb}",
+                                                safe=False, json=body)
+        return data
+
+    async def claim(self, task_id: str) -> dict[str, Any]:
+        return await self._act(task_id, "claim")
+
+    async def unclaim(self, task_id: str) -> dict[str, Any]:
+        return await self._act(task_id, "unclaim")
+
+    async def complete(self, task_id: str, form: BaseModel | dict[str, Any]
+                       ) -> dict[str, Any]:
+        """Complete a task you hold; ``form`` is validated by the server (422 per field)."""
+        return await self._act(task_id, "complete", {"data": _json(form)})
+
+    async def reassign(self, task_id: str, to_user: str) -> dict[str, Any]:
+        return await self._act(task_id, "reassign", {"to_user": to_user})
+
+    async def delegate(self, task_id: str, to_user: str, *, return_to_owner: bool = False
+                       ) -> dict[str, Any]:
+        return await self._act(task_id, "delegate", {"to_user": to_user,
+                                                     "return_to_owner": return_to_owner})
+
+    async def comment(self, task_id: str, text: str) -> dict[str, Any]:
+        return await self._act(task_id, "comments", {"text": text})
