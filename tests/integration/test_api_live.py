@@ -44,13 +44,16 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-async def live(fresh_db: str) -> AsyncIterator[Live]:
-    await migrated(fresh_db)
+@contextlib.asynccontextmanager
+async def served_api(dsn: str, sagas: list[str], tokens: str, prefix: str
+                     ) -> AsyncIterator[Live]:
+    """``python -m coordinator api`` on ``dsn`` (migrated) with these saga classes and
+    tokens, until the block ends."""
+    await migrated(dsn)
     port = _port()
-    env = {**os.environ, "SAGAFLOW_API_TOKENS": TOKENS, "SAGAFLOW_API_RUN_JOBS": "true"}
-    cmd = [sys.executable, "-m", "coordinator", "api", "--dsn", fresh_db, "--port", str(port),
-           "--topic-prefix", PREFIX, *[a for s in SAGAS for a in ("--saga", s)]]
+    env = {**os.environ, "SAGAFLOW_API_TOKENS": tokens, "SAGAFLOW_API_RUN_JOBS": "true"}
+    cmd = [sys.executable, "-m", "coordinator", "api", "--dsn", dsn, "--port", str(port),
+           "--topic-prefix", prefix, *[a for s in sagas for a in ("--saga", s)]]
     proc = subprocess.Popen(  # noqa: ASYNC220 - a server we keep running, never wait on
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -64,7 +67,7 @@ async def live(fresh_db: str) -> AsyncIterator[Live]:
                     pass
                 assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
                 await asyncio.sleep(0.1)
-        yield Live(url, fresh_db)
+        yield Live(url, dsn)
     finally:
         proc.terminate()
         try:
@@ -72,6 +75,12 @@ async def live(fresh_db: str) -> AsyncIterator[Live]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+async def live(fresh_db: str) -> AsyncIterator[Live]:
+    async with served_api(fresh_db, SAGAS, TOKENS, PREFIX) as served:
+        yield served
 
 
 @pytest.fixture

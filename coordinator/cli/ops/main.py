@@ -1,4 +1,5 @@
-"""``saga``: list, show, repair, bulk-repair and verify sagas over the operator API.
+"""``saga``: list, show, repair, bulk-repair and verify sagas, and act on human tasks, over
+the operator API.
 
 ``--url`` / ``SAGAFLOW_API_URL`` and ``--token`` / ``SAGAFLOW_API_TOKEN`` say where and who.
 Output is a readable table by default and the API's JSON with ``--json``. Exit codes: 0 ok,
@@ -19,7 +20,7 @@ from uuid import UUID
 
 import httpx
 
-from coordinator.cli.ops import schedules
+from coordinator.cli.ops import schedules, tasks
 from coordinator.cli.ops.render import (
     page_params,
     render_dead,
@@ -265,20 +266,25 @@ def cmd_letters(client: httpx.Client, args: argparse.Namespace) -> Any:
     return _call(client, "DELETE", f"{base}/{args.id}")
 
 
-def cmd_schedules(client: httpx.Client, args: argparse.Namespace) -> Any:
-    problem = schedules.check(args)
-    if problem is not None:
-        raise CliError(problem, 2)
-    try:
-        return schedules.run(_call, client, args)
-    except (ValueError, OSError) as exc:
-        raise CliError(str(exc), 2) from None
+def _sub(commands: Any) -> Handler:
+    """The handler of a command kept in its own module: its usage check, then its run."""
+    def handler(client: httpx.Client, args: argparse.Namespace) -> Any:
+        problem = commands.check(args)
+        if problem is not None:
+            raise CliError(problem, 2)
+        try:
+            return commands.run(_call, client, args)
+        except (ValueError, OSError) as exc:
+            raise CliError(str(exc), 2) from None
+    return handler
 
 
 def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
     command = args.command
     if command == "schedules":
         schedules.render_schedules(args, data, out)
+    elif command == "tasks":
+        tasks.render_tasks(args, data, out)
     elif command == "list":
         out.write(table(data["items"], ["saga_id", "saga_type", "version", "status", "state",
                                         "retries", "stuck", "created_at"]))
@@ -468,8 +474,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--outbox", action="store_true", help="the outbox's dead letters")
     p.add_argument("--limit", type=int, default=100, help="list: page size (default 100)")
     p.add_argument("--cursor", help="list: the next_cursor of the previous page")
-    schedules.add_schedule_commands(add("schedules", cmd_schedules, "recurring and delayed "
+    schedules.add_schedule_commands(add("schedules", _sub(schedules), "recurring and delayed "
                                         "saga starts: list, create, pause, trigger, backfill..."))
+    tasks.add_task_commands(add("tasks", _sub(tasks), "human tasks: list, show, claim, ..."))
     return parser
 
 
