@@ -2,7 +2,10 @@
 
 Event-driven instruments are fed by :meth:`CoordinatorMetrics.observe_changes`, a
 ``SagaStore`` change listener called after each commit; the gauges are refreshed by the
-worker's periodic scan (:mod:`.scan`) from cheap ``GROUP BY`` queries.
+worker's periodic scan (:mod:`.scan`) from cheap ``GROUP BY`` queries. Human tasks: the
+open and overdue gauges come from the scan; the times to claim and to complete are observed
+from the committed task changes, once, by the process that committed them (the API for
+people's actions, the worker for timeouts).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ __all__ = ["CoordinatorMetrics"]
 
 _ENDED = frozenset({"completed", "compensated", "cancelled", "dead"})
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+#: People take minutes to days: one minute to two weeks.
+_TASK_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 2 * 86400,
+                 3 * 86400, 5 * 86400, 7 * 86400, 14 * 86400)
+_TASK_CLOSED = frozenset({"completed", "rejected"})
 
 
 class CoordinatorMetrics:
@@ -88,6 +95,25 @@ class CoordinatorMetrics:
         self.outbox_lag = Gauge(
             "sagaflow_outbox_lag_seconds", "Age of the oldest unpublished outbox row.", registry=r,
         )
+        self.tasks_open = Gauge(
+            "sagaflow_tasks_open",
+            "Open human tasks by candidate group (a task offered to two groups counts in "
+            "both; \"\" is a task offered to users only).", ["candidate_group"], registry=r,
+        )
+        self.tasks_overdue = Gauge(
+            "sagaflow_tasks_overdue", "Open human tasks past their due time, by candidate "
+            "group (as sagaflow_tasks_open).", ["candidate_group"], registry=r,
+        )
+        self.task_time_to_claim = Histogram(
+            "sagaflow_task_time_to_claim_seconds",
+            "Human task opened -> claimed (each claim).", ["saga_type", "task"],
+            buckets=_TASK_BUCKETS, registry=r,
+        )
+        self.task_time_to_complete = Histogram(
+            "sagaflow_task_time_to_complete_seconds",
+            "Human task opened -> completed or rejected by a person or its default decision.",
+            ["saga_type", "task", "state"], buckets=_TASK_BUCKETS, registry=r,
+        )
         self.scan_errors = Counter(
             "sagaflow_observability_scan_errors", "Periodic scans that failed.", registry=r,
         )
@@ -138,9 +164,23 @@ class CoordinatorMetrics:
             self.commands_sent.labels(saga_type, step, env.phase.value).inc()
             if env.attempt > 1:
                 self.step_retries.labels(saga_type, step, env.phase.value).inc()
+        for task in decision.tasks:
+            self._observe_task(saga_type, task.node, task.change, task.record)
         status = decision.state.status.value
         if status in _ENDED and (prior is None or status != prior.status.value):
             self.sagas_ended.labels(saga_type, status).inc()
+
+    def _observe_task(self, saga_type: str, key: str, change: str,
+                      record: Mapping[str, Any]) -> None:
+        opened = _time(record.get("created_at"))
+        if opened is None:
+            return
+        if change == "claimed" and (claimed := _time(record.get("claimed_at"))) is not None:
+            self.task_time_to_claim.labels(saga_type, node_name(key)).observe(
+                max(0.0, (claimed - opened).total_seconds()))
+        elif change in _TASK_CLOSED and (closed := _time(record.get("closed_at"))) is not None:
+            self.task_time_to_complete.labels(saga_type, node_name(key), change).observe(
+                max(0.0, (closed - opened).total_seconds()))
 
     # -- refreshed by the periodic scan ----------------------------------------------------
 
@@ -158,10 +198,24 @@ class CoordinatorMetrics:
         for (saga_type, reason), count in counts.items():
             self.stuck_sagas.labels(saga_type, reason).set(count)
 
+    def set_tasks(self, rows: Sequence[tuple[str, int, int]]) -> None:
+        """Replace the task gauges with ``(candidate_group, open, overdue)`` rows."""
+        self.tasks_open.clear()
+        self.tasks_overdue.clear()
+        for group, open_count, overdue in rows:
+            self.tasks_open.labels(group).set(open_count)
+            self.tasks_overdue.labels(group).set(overdue)
+
     def set_dead_letters(self, rows: Sequence[tuple[str, int]]) -> None:
         self.dead_letters.clear()
         for source, count in rows:
             self.dead_letters.labels(source).set(count)
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 def _sent_at(prior: SagaState | None, step: str, message_id: Any) -> datetime | None:

@@ -4,8 +4,8 @@ The probe port (``SAGAFLOW_METRICS_PORT``) serves ``/metrics``, ``/healthz`` and
 (:mod:`participant_sdk.probes`); the worker tells it what alive and ready mean.
 
 Every ``observe_interval`` one scan refreshes the in-flight / dead / stuck / dead-letter /
-outbox gauges from cheap queries and logs a WARNING once per saga that became stuck (and an
-INFO when it moves again). Each worker replica scans and logs on its own.
+outbox / human-task gauges from cheap queries and logs a WARNING once per saga that became
+stuck (and an INFO when it moves again). Each worker replica scans and logs on its own.
 """
 
 from __future__ import annotations
@@ -45,6 +45,15 @@ _OUTBOX: Final = """
 SELECT count(*) AS n, coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8
        AS lag
 FROM sagaflow_outbox
+"""
+
+#: Open and overdue tasks per candidate group: one pass over the open tasks (partial indexes).
+_TASKS: Final = """
+SELECT coalesce(g, '') AS grp, count(*) AS open,
+       count(*) FILTER (WHERE t.due_at < $1) AS overdue
+FROM human_tasks t LEFT JOIN LATERAL unnest(t.candidate_groups) AS g ON true
+WHERE t.state = 'open'
+GROUP BY 1
 """
 
 
@@ -131,6 +140,9 @@ class WorkerObservability:
                 if row is not None:
                     m.outbox_backlog.set(row["n"])
                     m.outbox_lag.set(row["lag"])
+            with contextlib.suppress(asyncpg.UndefinedTableError):
+                m.set_tasks([(r["grp"], r["open"], r["overdue"])
+                             for r in await conn.fetch(_TASKS, self.store._clock())])
             found = await list_stuck(conn, self.policy, now=self.store._clock(),
                                      limit=self.settings.stuck_scan_limit)
         tally: Tally[tuple[str, str]] = Tally()

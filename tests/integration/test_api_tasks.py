@@ -190,3 +190,29 @@ async def test_filters_paging_and_overdue(api: TaskApi) -> None:
     bad = await api.get("/tasks", params={"cursor": "nonsense"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
     assert (await api.get("/tasks", params={"state": "nope"})).status_code == 422
+
+
+def _metric(text: str, line_start: str) -> float:
+    """The value of the sample line starting with ``line_start`` in a /metrics page."""
+    (value,) = [line.rsplit(" ", 1)[1] for line in text.splitlines()
+                if line.startswith(line_start)]
+    return float(value)
+
+
+async def test_metrics_count_open_and_overdue_tasks_and_time_claims(api: TaskApi) -> None:
+    saga_id = await api.start()
+    api.clock.advance(timedelta(minutes=10))
+    task = await api.task_id(saga_id, MANAGER)
+    await api.post(f"/tasks/{task}/claim")
+    api.clock.advance(timedelta(minutes=20))
+    await api.post(f"/tasks/{task}/complete", {"data": {"outcome": "approve"}})
+    api.clock.advance(timedelta(days=7))  # the finance tasks are overdue now
+    text = (await api.client.get("/metrics")).text
+    assert _metric(text, 'sagaflow_tasks_open{candidate_group="finance"}') == 3
+    assert _metric(text, 'sagaflow_tasks_overdue{candidate_group="finance"}') == 3
+    claim = 'sagaflow_task_time_to_claim_seconds_bucket{le="%s",saga_type="expense",' \
+            'task="manager_approval"}'
+    assert _metric(text, claim % "300.0") == 0 and _metric(text, claim % "900.0") == 1
+    done = 'sagaflow_task_time_to_complete_seconds_bucket{le="%s",saga_type="expense",' \
+           'state="completed",task="manager_approval"}'
+    assert _metric(text, done % "1800.0") == 1 and _metric(text, done % "900.0") == 0
