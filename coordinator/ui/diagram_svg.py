@@ -39,11 +39,13 @@ _TITLE = {GroupKind.PARALLEL: "parallel", GroupKind.RACE: "first of",
 class _Canvas:
     current: set[str]
     parts: list[str] = field(default_factory=list)
+    focus: str | None = None
 
     def box(self, name: str, label: str, x: float, y: float, w: float,
             extra: str = "") -> None:
         classes = ["state", *([extra] if extra else []),
-                   *(["current"] if name in self.current else [])]
+                   *(["current"] if name in self.current else []),
+                   *(["focus"] if name == self.focus else [])]
         self.parts.append(
             f'<g class="{" ".join(classes)}" data-state="{escape(name)}">'
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{_BOX_H}" rx="6"/>'
@@ -145,11 +147,13 @@ def _draw(c: _Canvas, node: CompiledNode, x: float, y: float) -> None:
         x += kw + _GAP
 
 
-def state_svg(definition: CompiledSaga, current: str | Iterable[str] | None = None) -> str:
+def state_svg(definition: CompiledSaga, current: str | Iterable[str] | None = None,
+              focus: str | None = None) -> str:
     """The SVG markup (trusted: every name is escaped). ``current`` holds machine states
-    (``reserve.trying``, ``dead``); their nodes are highlighted."""
+    (``reserve.trying``, ``dead``); their nodes are highlighted, and the node ``focus`` (a
+    human task opened from the inbox) is marked as well."""
     wanted = [current] if isinstance(current, str) else list(current or ())
-    c = _Canvas({state.split(".")[0] for state in wanted})
+    c = _Canvas({state.split(".")[0] for state in wanted}, focus=focus)
     tree_w, tree_h = _size(definition.root)
     tcc = any(s.kind is StepKind.TCC for s in definition.steps)
     end_w = 110

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from coordinator.ui import actions, pages, schedules
+from coordinator.ui import actions, pages, schedules, tasks
 from coordinator.ui.docs import mount_docs
 from coordinator.ui.session import CsrfRefused
 from coordinator.ui.settings import UiSettings
@@ -27,9 +27,9 @@ def mount_ui(app: FastAPI, settings: UiSettings | None = None) -> None:
                     "process restarts, and replicas cannot share them")
     app.state.ui = UiState.build(settings)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    app.include_router(pages.router, prefix="/ui")
-    app.include_router(actions.router, prefix="/ui")
-    app.include_router(schedules.router, prefix="/ui")
+    counted = [Depends(tasks.inbox_count)]  # the navigation's count of open tasks
+    for router in (pages.router, actions.router, schedules.router, tasks.router):
+        app.include_router(router, prefix="/ui", dependencies=counted)
     mount_docs(app)
 
     @app.get("/", include_in_schema=False)

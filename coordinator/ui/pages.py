@@ -27,6 +27,7 @@ from coordinator.api.models import (
 )
 from coordinator.api.queries import children_of, list_sagas, matching_ids
 from coordinator.engine import Status
+from coordinator.observability.stuck import node_name
 from coordinator.store import SagaRecord
 from coordinator.store.queries import get_history
 from coordinator.ui import queries
@@ -140,7 +141,8 @@ async def _record(ctx: Context, saga_id: UUID) -> SagaRecord:
 
 
 @router.get("/sagas/{saga_id}", include_in_schema=False)
-async def saga(request: Request, saga_id: UUID, history: Text = None) -> Response:
+async def saga(request: Request, saga_id: UUID, history: Text = None,
+               task: Text = None) -> Response:
     me = signed_in(request)
     ctx = api_context(request)
     record = await _record(ctx, saga_id)
@@ -152,9 +154,12 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
     entries.reverse()
     definition = ctx.store.definition(record.saga_type, record.version)
     diagram = state_svg(definition, [s for s in record.state.machine_states()
-                                     if s in definition.states])
+                                     if s in definition.states],
+                        focus=node_name(task) if task else None)
     steps = step_tree([s.model_dump() for s in d.steps])
-    return page(request, "saga.html", me=me, s=d, steps=steps, history=entries,
+    tasks = await ctx.store.saga_tasks(saga_id)
+    return page(request, "saga.html", me=me, s=d, steps=steps, history=entries, tasks=tasks,
+                focus=task,
                 history_cut=after, diagram=diagram, verbs=_verbs(d.status.value),
                 trace_id=trace_id_of(record.trace_context), started=record.created_at)
 

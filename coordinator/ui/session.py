@@ -1,11 +1,11 @@
 """The UI's session: a signed cookie holding who signed in, their role and a CSRF token.
 
 The browser never sees a token after sign-in: the form posts it once, the API checks it
-against the same table as the Bearer API and keeps only the principal's name and role in the
-cookie, signed with :mod:`itsdangerous` (HttpOnly, SameSite=Strict, ``Secure`` when
-configured). Every session, anonymous ones too, carries a random CSRF token that each form
-echoes; :func:`check_csrf` refuses a POST whose token does not match or whose ``Origin`` is
-another site.
+against the same table as the Bearer API and keeps only the principal's name, role and
+groups (for the task inbox) in the cookie, signed with :mod:`itsdangerous` (HttpOnly,
+SameSite=Strict, ``Secure`` when configured). Every session, anonymous ones too, carries a
+random CSRF token that each form echoes; :func:`check_csrf` refuses a POST whose token does
+not match or whose ``Origin`` is another site.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ class SessionCodec:
             return Session(csrf=secrets.token_urlsafe(32), dirty=True)
         principal = None
         if isinstance(data.get("n"), str) and data.get("r") in Role.__members__.values():
-            principal = Principal(data["n"], Role(data["r"]))
+            groups: list[Any] = data["g"] if isinstance(data.get("g"), list) else []
+            principal = Principal(data["n"], Role(data["r"]),
+                                  frozenset(g for g in groups if isinstance(g, str)))
         flash = data.get("f") if isinstance(data.get("f"), dict) else None
         return Session(csrf=data["c"], principal=principal, flash=flash)
 
@@ -84,6 +86,8 @@ class SessionCodec:
         data: dict[str, Any] = {"c": session.csrf}
         if session.principal is not None:
             data["n"], data["r"] = session.principal.name, session.principal.role.value
+            if session.principal.groups:
+                data["g"] = sorted(session.principal.groups)
         if session.flash is not None:
             data["f"] = session.flash
         response.set_cookie(self.cookie, self._serializer.dumps(data), max_age=self._max_age,

@@ -136,7 +136,9 @@ def page(request: Request, template: str, status: int = 200, **values: Any) -> R
         values["flash"] = session.pop_flash()
     response = ui_state(request).templates.TemplateResponse(
         request, template, {"me": session.principal, "csrf": session.csrf,
-                            "path": request.url.path, **values}, status_code=status)
+                            "path": request.url.path,
+                            "open_tasks": getattr(request.state, "open_tasks", None),
+                            **values}, status_code=status)
     return finish(request, response)
 
 

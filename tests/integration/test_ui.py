@@ -171,7 +171,7 @@ async def test_every_page_of_the_menu_renders(ui: Browser) -> None:
     await ui.sign_in(ADMIN)
     menu = re.findall(r'<nav>(.*?)</nav>', (await ui.client.get("/ui/")).text, re.S)[0]
     paths = re.findall(r'href="(/ui/[^"]*)"', menu)
-    assert len(paths) == 7  # with Schedules
+    assert len(paths) == 8  # with Schedules and the Inbox
     for path in [*paths, f"/ui/sagas/{saga_id}", f"/ui/sagas/{saga_id}/trace",
                  f"/ui/sagas/{saga_id}/live", "/ui/sagas?status=dead&sort=updated_at"]:
         answer = await ui.client.get(path)
