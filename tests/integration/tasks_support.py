@@ -4,9 +4,10 @@ people with groups, and the API (and its UI) over them."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -82,7 +83,7 @@ def monday_clock() -> ManualClock:
 
 
 @asynccontextmanager
-async def expense_store(dsn: str, topic_prefix: str, clock: ManualClock
+async def expense_store(dsn: str, topic_prefix: str, clock: Callable[[], datetime]
                         ) -> AsyncIterator[SagaStore]:
     await migrated(dsn)
     registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[ExpenseSaga])
