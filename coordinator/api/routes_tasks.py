@@ -41,7 +41,7 @@ from coordinator.engine.events import TaskAction
 from coordinator.engine.tree import CompiledTask
 from coordinator.store.task_queries import Scope, TaskFilter
 
-__all__ = ["router", "task_form"]
+__all__ = ["router", "task_form", "task_page"]
 
 audit = logging.getLogger("coordinator.api.audit")
 router = APIRouter(responses=ERRORS, tags=["tasks"])
@@ -102,15 +102,22 @@ def _after(cursor: str | None) -> tuple[datetime | None, int, str] | None:
         return (datetime.fromisoformat(due) if due else None), int(priority), str(last)
     except (TypeError, ValueError):
         raise BadRequest("invalid cursor: pass back a next_cursor unchanged",
-                                 code="invalid_cursor") from None
+                         code="invalid_cursor") from None
+
+
+async def task_page(ctx: Context, f: TaskFilter, limit: int, cursor: str | None
+                    ) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of tasks in inbox order and the cursor of the next (the API's and the UI's
+    lists); a bad cursor is a :class:`BadRequest`."""
+    rows = await ctx.store.list_tasks(f, limit=limit + 1, after=_after(cursor))
+    return cursors.split_page(rows, limit, _CURSOR, _sort_key)
 
 
 @router.get("/tasks", response_model=TaskPageOut, summary="Tasks: my inbox, my groups', all")
 async def list_tasks(ctx: Ctx, f: Filter,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
                      cursor: cursors.CursorParam = None) -> TaskPageOut:
-    rows = await ctx.store.list_tasks(f, limit=limit + 1, after=_after(cursor))
-    items, nxt = cursors.split_page(rows, limit, _CURSOR, _sort_key)
+    items, nxt = await task_page(ctx, f, limit, cursor)
     now = ctx.now()
     return TaskPageOut(items=[task_summary(r, now) for r in items], next_cursor=nxt)
 

@@ -19,10 +19,9 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from coordinator.api.auth import Principal, Role
-from coordinator.api.cursors import decode, split_page
 from coordinator.api.errors import ApiError
 from coordinator.api.models import TaskDetail, task_detail, task_summary
-from coordinator.api.routes_tasks import task_form
+from coordinator.api.routes_tasks import task_form, task_page
 from coordinator.engine.decision import InvalidInput, TaskRefused
 from coordinator.engine.events import TaskAction
 from coordinator.store.task_queries import TaskFilter
@@ -38,7 +37,8 @@ router = APIRouter()
 #: The two views of the inbox: the tasks I hold (or delegated), and those I may claim.
 VIEWS = {"mine": ("mine", "My tasks"), "queue": ("available", "My groups' queue")}
 PAGE = 50
-_CURSOR = "ui-tasks"
+#: GETs that are not pages with the navigation: the saga page's poll and trace fragment.
+_NO_NAV = ("/live", "/trace")
 _ACTIONS = frozenset(a.value for a in TaskAction)
 
 
@@ -49,7 +49,7 @@ def _filter(me: Principal, scope: Any, now: datetime) -> TaskFilter:
 async def inbox_count(request: Request) -> None:
     """Keep the signed-in person's count of open tasks for the navigation (GET pages)."""
     principal = session_of(request).principal
-    if request.method != "GET" or principal is None:
+    if request.method != "GET" or principal is None or request.url.path.endswith(_NO_NAV):
         return
     ctx = api_context(request)
     counts = await ctx.store.count_tasks(_filter(principal, "inbox", ctx.now()))
@@ -64,17 +64,10 @@ async def inbox(request: Request, view: Annotated[str, Query(max_length=10)] = "
         raise UiError(404, f"no inbox view {view[:20]!r} (mine, queue)")
     ctx = api_context(request)
     now = ctx.now()
-    after = None
-    if cursor:
-        try:
-            due, priority, last = decode(cursor, _CURSOR, 3)
-            after = (datetime.fromisoformat(due) if due else None, int(priority), str(last))
-        except (ApiError, TypeError, ValueError):
-            raise UiError(400, "invalid page link: start again from the first page") from None
-    f = _filter(me, VIEWS[view][0], now)
-    rows = await ctx.store.list_tasks(f, limit=PAGE + 1, after=after)
-    items, nxt = split_page(rows, PAGE, _CURSOR, lambda r: (
-        r["due_at"].isoformat() if r["due_at"] else "", r["priority"], r["id"]))
+    try:
+        items, nxt = await task_page(ctx, _filter(me, VIEWS[view][0], now), PAGE, cursor)
+    except ApiError:
+        raise UiError(400, "invalid page link: start again from the first page") from None
     counts = {name: (await ctx.store.count_tasks(_filter(me, scope, now)))["total"]
               for name, (scope, _) in VIEWS.items()}
     return page(request, "tasks.html", me=me, view=view, views=VIEWS, counts=counts,
