@@ -41,7 +41,7 @@ from coordinator.engine.events import TaskAction
 from coordinator.engine.tree import CompiledTask
 from coordinator.store.task_queries import Scope, TaskFilter
 
-__all__ = ["router", "task_form", "task_page"]
+__all__ = ["router", "task_page", "validate_form"]
 
 audit = logging.getLogger("coordinator.api.audit")
 router = APIRouter(responses=ERRORS, tags=["tasks"])
@@ -151,16 +151,17 @@ async def saga_tasks(saga_id: Annotated[UUID, Path(description="The saga's id.")
     return [task_summary(r, now) for r in await ctx.store.saga_tasks(saga_id)]
 
 
-async def task_form(ctx: Context, task: TaskDetail) -> CompiledTask | None:
-    """The compiled task node of ``task`` (its ``spec.form`` validates a completion), or
-    None when the saga or its definition is gone."""
+async def validate_form(ctx: Context, task: TaskDetail, data: dict[str, Any]) -> None:
+    """Raise pydantic's ``ValidationError`` (every field problem) when ``data`` is not a
+    valid form of ``task`` (the engine validates again; this gives the person each field)."""
     record = await ctx.store.get_saga(task.saga_id)
     if record is None:
-        return None
+        return
     step = record.state.steps.get(task.node)
     node = ctx.store.definition(record.saga_type, record.version).node(
         step.node if step is not None else task.node)
-    return node if isinstance(node, CompiledTask) else None
+    if isinstance(node, CompiledTask):
+        node.spec.form.model_validate(data)
 
 
 async def _act(ctx: Context, who: Principal, task_id: str, action: TaskAction,
@@ -192,14 +193,12 @@ async def unclaim(task_id: TaskId, ctx: Ctx, who: Viewer) -> TaskActionOut:
              summary="Complete a task you hold with its form (the saga moves on)", **_ACTION)
 async def complete(task_id: TaskId, body: TaskCompleteRequest, ctx: Ctx,
                    who: Viewer) -> TaskActionOut:
-    node = await task_form(ctx, await _task(ctx, task_id))
-    if node is not None:
-        try:
-            node.spec.form.model_validate(body.data)
-        except ValidationError as exc:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", "data", *e["loc"])}
-                 for e in exc.errors(include_url=False, include_context=False)]) from exc
+    try:
+        await validate_form(ctx, await _task(ctx, task_id), body.data)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", "data", *e["loc"])}
+             for e in exc.errors(include_url=False, include_context=False)]) from exc
     return await _act(ctx, who, task_id, TaskAction.COMPLETE, data=body.data)
 
 

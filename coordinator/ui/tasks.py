@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 from coordinator.api.auth import Principal, Role
 from coordinator.api.errors import ApiError
 from coordinator.api.models import TaskDetail, task_detail, task_summary
-from coordinator.api.routes_tasks import task_form, task_page
+from coordinator.api.routes_tasks import task_page, validate_form
 from coordinator.engine.decision import InvalidInput, TaskRefused
 from coordinator.engine.events import TaskAction
 from coordinator.store.task_queries import TaskFilter
@@ -113,12 +114,10 @@ async def act(request: Request, task_id: str, action: str) -> Response:
     fields: dict[str, Any] = {}
     if action == "complete":
         data, typed, errors = read_form(current.form_schema, form)
-        node = await task_form(api_context(request), current)
-        if node is not None:
-            try:
-                node.spec.form.model_validate(data)
-            except ValidationError as exc:
-                errors = field_errors(exc) | errors
+        try:
+            await validate_form(api_context(request), current, data)
+        except ValidationError as exc:
+            errors = field_errors(exc) | errors
         if errors:
             return _task_page(request, me, current, 422, typed, errors)
         fields["data"] = data
@@ -134,9 +133,9 @@ async def act(request: Request, task_id: str, action: str) -> Response:
             **fields)
     except TaskRefused as exc:
         session.set_flash("error", f"{action} refused: {exc}")
-        return redirect(request, f"/ui/tasks/{task_id}")
+        return redirect(request, f"/ui/tasks/{quote(task_id, safe='')}")
     except InvalidInput as exc:
         return _task_page(request, me, current, 422, fields.get("data"), {"": str(exc)})
     audit.info("task %s id=%s saga=%s by=%s (ui)", action, task_id, result.saga_id, me.name)
     session.set_flash("ok", f"{action} done by {me.name}; saga {result.status}.")
-    return redirect(request, f"/ui/tasks/{task_id}")
+    return redirect(request, f"/ui/tasks/{quote(task_id, safe='')}")
