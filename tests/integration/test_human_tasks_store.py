@@ -18,9 +18,9 @@ from coordinator.engine.decision import InvalidInput, TaskRefused
 from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from coordinator.store.task_queries import TaskFilter
-from coordinator.store.tasks import KIND_TASK_EVENT
 from examples.expense_saga import ExpenseSaga
 from participant_sdk.protocol import HEADER_MESSAGE_KIND, Outcome, decode_command, make_reply
+from participant_sdk.task_events import KIND_TASK_EVENT, TaskEvent
 from tests.integration.test_store_support import ManualClock, migrated
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,11 @@ async def outbox(store: SagaStore) -> list[tuple[str, dict[str, str], bytes]]:
 
 
 def notifications(rows: list[tuple[str, dict[str, str], bytes]]) -> list[dict[str, Any]]:
-    return [json.loads(p) for _, h, p in rows if h.get(HEADER_MESSAGE_KIND) == KIND_TASK_EVENT]
+    """The task notifications among ``rows``, each checked against the published model."""
+    found = [p for _, h, p in rows if h.get(HEADER_MESSAGE_KIND) == KIND_TASK_EVENT]
+    for payload in found:
+        TaskEvent.model_validate_json(payload)
+    return [json.loads(p) for p in found]
 
 
 async def answer_commands(store: SagaStore, saga_id: UUID, outcome: Outcome = Outcome.OK
