@@ -121,7 +121,8 @@ async def test_the_chain_runs_with_four_eyes_and_a_rejection_releases_the_money(
     assert {t["id"] for t in inbox} == {t["id"] for t in finance}
     assert await store.list_tasks(TaskFilter(user="erin", groups=FINANCE)) == []
 
-    first, second, third = (t["id"] for t in finance)
+    by_node = {t["node"]: t["id"] for t in finance}
+    first, second, third = (by_node[f"finance_{i}"] for i in (1, 2, 3))
     await store.act_on_task(first, "claim", "fay", groups=FINANCE)
     await store.act_on_task(first, "complete", "fay", groups=FINANCE,
                             data={"outcome": "approve", "cost_center": "cc-7"})
