@@ -154,14 +154,14 @@ async def test_many_claims_of_one_task_exactly_one_wins(store: SagaStore) -> Non
     manager = await task_of(store, saga_id, "manager_approval")
     await store.act_on_task(manager["id"], "claim", "mia")
     await store.act_on_task(manager["id"], "complete", "mia", data={"outcome": "approve"})
-    task = (await store.saga_tasks(saga_id))[1]
+    task = await task_of(store, saga_id, "finance_2")
     people = [f"f{i}" for i in range(12)]
     outcomes = await asyncio.gather(
         *(store.act_on_task(task["id"], "claim", p, groups=FINANCE) for p in people),
         return_exceptions=True)
     winners = [p for p, o in zip(people, outcomes, strict=True)
                if not isinstance(o, BaseException)]
-    assert len(winners) == 1
+    assert len(winners) == 1, outcomes
     losers = [o for o in outcomes if isinstance(o, BaseException)]
     assert all(isinstance(o, TaskRefused) and o.code == "claimed"
                and f"claimed by {winners[0]}" in str(o) for o in losers)
@@ -204,3 +204,17 @@ async def test_a_completion_racing_its_escalation_and_timeout_has_one_outcome(
         assert task["state"] == "completed" and task["completed_by"] == "mia"
         assert saga.status == Status.RUNNING.value
     assert (await store.verify(saga_id)).ok
+
+
+async def test_verify_checks_the_tasks_table_against_the_snapshot(store: SagaStore) -> None:
+    saga_id = await started(store)
+    manager = await task_of(store, saga_id, "manager_approval")
+    await store.act_on_task(manager["id"], "claim", "mia")
+    assert (await store.verify(saga_id)).ok
+    async with store.pool.acquire() as conn:
+        await conn.execute("UPDATE human_tasks SET assignee = 'eve' WHERE id = $1",
+                           manager["id"])
+    result = await store.verify(saga_id)
+    assert not result.ok
+    assert result.differences == [
+        f"tasks.{manager['id']}.assignee: table 'eve' != snapshot 'mia'"]
