@@ -55,7 +55,7 @@ class Browser:
 @pytest.fixture
 async def ui(api_store: tuple[SagaStore, ManualClock]) -> AsyncIterator[Browser]:
     store, clock = api_store
-    async with app_client(store, clock, base_url="http://ui.test",
+    async with app_client(store, clock, base_url="https://ui.test",
                           ui=UiSettings(session_secret="test-secret-1")) as client:
         yield Browser(client, store, clock)
 
@@ -200,7 +200,7 @@ async def test_participants_dead_letters_are_read_from_their_own_databases(
         store, clock = api_store
         settings = UiSettings(session_secret="test-secret-1", participant_dsns={
             "payments": dsn, "shipping": "postgresql://nobody:s3cret@127.0.0.1:1/none"})
-        async with app_client(store, clock, base_url="http://ui.test", ui=settings) as client:
+        async with app_client(store, clock, base_url="https://ui.test", ui=settings) as client:
             ui = Browser(client, store, clock)
             await ui.sign_in(VIEWER)
             page = (await client.get("/ui/dead-letters")).text
