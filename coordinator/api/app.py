@@ -69,7 +69,8 @@ def create_app(
     defaults to the tokens and JWT settings of the settings (a ``TokenAuth`` replaces only the
     tokens). The bulk-repair runner runs in the app unless
     ``run_jobs`` (default ``settings.api_run_jobs``) is false. The web UI (under ``/ui``) and
-    the offline ``/docs`` use ``ui`` (default: ``SAGAFLOW_UI_*`` variables).
+    the offline ``/docs`` use ``ui`` (default: ``SAGAFLOW_UI_*`` variables). There is no
+    ``/redoc``: FastAPI's loads its scripts and fonts from public CDNs.
     """
     settings = settings or ApiSettings()
     token_auth = (auth if isinstance(auth, Authenticator)
@@ -125,7 +126,7 @@ def create_app(
                 await the_store.close()
 
     app = FastAPI(title="sagaflow operator API", version="1", description=_DESCRIPTION,
-                  lifespan=lifespan, docs_url=None)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.auth = token_auth
     install_error_handlers(app)
     app.include_router(sagas_router)

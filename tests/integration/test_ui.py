@@ -156,6 +156,7 @@ async def test_bulk_repair_needs_the_typed_count(ui: Browser) -> None:
 async def test_docs_and_every_asset_are_served_by_the_app(ui: Browser) -> None:
     docs = await ui.client.get("/docs")
     assert docs.status_code == 200
+    assert (await ui.client.get("/redoc")).status_code == 404  # it would load CDN scripts
     urls = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
     assert urls and all(u.startswith("/") for u in urls), urls
     for url in urls:
