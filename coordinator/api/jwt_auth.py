@@ -63,7 +63,7 @@ class JwtVerifier:
     def __init__(self, *, issuer: str, audience: str, key: str | None = None,
                  jwks: JwksCache | None = None, algorithms: Sequence[str] = (),
                  user_claim: str = "preferred_username", groups_claim: str = "groups",
-                 role_claim: str = "", roles: Mapping[str, Role] | None = None,
+                 role_claim: str | None = None, roles: Mapping[str, Role] | None = None,
                  default_role: Role | None = None,
                  leeway: timedelta = timedelta(seconds=30)) -> None:
         if (key is None) == (jwks is None):
