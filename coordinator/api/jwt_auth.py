@@ -67,10 +67,11 @@ class JwtVerifier:
                  default_role: Role | None = None,
                  leeway: timedelta = timedelta(seconds=30)) -> None:
         if (key is None) == (jwks is None):
-            raise AuthConfigError("JWTs need exactly one of a key and a JWKS URL")
+            raise AuthConfigError("SAGAFLOW_API_JWT_KEY / SAGAFLOW_API_JWT_JWKS_URL: set exactly "
+                                  "one of them to accept JWTs")
         if not issuer or not audience:
-            raise AuthConfigError("JWTs need SAGAFLOW_API_JWT_ISSUER and "
-                                  "SAGAFLOW_API_JWT_AUDIENCE")
+            raise AuthConfigError("SAGAFLOW_API_JWT_ISSUER and SAGAFLOW_API_JWT_AUDIENCE are "
+                                  "required to accept JWTs")
         public = key is None or key.lstrip().startswith("-----BEGIN")
         if key is not None and not public and len(key.encode()) < 32:
             raise AuthConfigError("SAGAFLOW_API_JWT_KEY: an HS256 secret needs 32 bytes or more")

@@ -167,6 +167,18 @@ def test_bad_jwt_settings_are_refused(options: dict[str, Any], message: str) -> 
         _verifier(**options)
 
 
+def test_a_bad_jwt_setting_is_one_start_up_line_naming_the_variable() -> None:
+    from coordinator.cli.main import _user_error
+
+    with pytest.raises(AuthConfigError) as caught:
+        Authenticator.from_settings(ApiSettings(api_jwt_key=SECRET, api_jwt_issuer=ISS))
+    error = _user_error(caught.value)
+    assert error is not None
+    assert str(error).startswith("SAGAFLOW_API_JWT_ISSUER and SAGAFLOW_API_JWT_AUDIENCE")
+    token_error = _user_error(AuthConfigError("token entry 2 is not name:role:token"))
+    assert str(token_error).startswith("SAGAFLOW_API_TOKENS / SAGAFLOW_API_TOKENS_FILE: ")
+
+
 def test_jwt_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {"KEY": SECRET, "ISSUER": ISS, "AUDIENCE": AUD,
                         "ROLES": "ops=operator, sagaflow-admins=admin",
