@@ -36,8 +36,6 @@ class JwksCache:
         self._keys: dict[str | None, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
         self._lock = asyncio.Lock()
-        #: How many fetches were made (tests and the debug log read it).
-        self.fetches = 0
 
     async def key(self, kid: str | None) -> jwt.PyJWK:
         """The key ``kid`` names (or the only key, for a JWT without ``kid``)."""
@@ -74,5 +72,4 @@ class JwksCache:
                            code="jwks_unavailable", status=503) from None
         self._keys = {k.key_id: k for k in keys if k.public_key_use in (None, "sig")}
         self._fetched_at = self._clock()
-        self.fetches += 1
         log.debug("fetched %d keys from %s", len(self._keys), self.url)

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from coordinator.api import ApiSettings
 from coordinator.api.auth import Authenticator, Principal, Role, TokenAuth
-from coordinator.api.errors import Forbidden, TooManyAttempts, Unauthenticated
+from coordinator.api.errors import ApiError, Forbidden, TooManyAttempts, Unauthenticated
+from coordinator.api.jwks import JwksCache
 from coordinator.api.jwt_auth import JwtVerifier, looks_like_jwt
 from coordinator.api.principals import AuthConfigError
 from coordinator.api.rate_limit import FailureLimiter
@@ -226,3 +228,21 @@ async def test_the_authenticator_counts_only_refused_credentials() -> None:
         await auth.authenticate("olga-token-1", client="10.0.0.1")
     assert caught.value.headers == {"Retry-After": "60"}
     assert (await auth.authenticate("olga-token-1", client="10.0.0.2")).principal.name == "olga"
+
+
+async def test_an_unreachable_jwks_is_a_503_not_a_401() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    jwks = JwksCache(f"http://127.0.0.1:{port}/certs", ttl=timedelta(minutes=10),
+                     min_refresh=timedelta(0), timeout=2)
+    verifier = JwtVerifier(issuer=ISS, audience=AUD, jwks=jwks, default_role=Role.VIEWER)
+    token = _token(alg="HS256")
+    with pytest.raises(ApiError) as caught:
+        await verifier.verify(token.replace(token.split(".")[0], _rs256_header()))
+    assert caught.value.status == 503 and caught.value.code == "jwks_unavailable"
+
+
+def _rs256_header() -> str:
+    header = json.dumps({"alg": "RS256", "typ": "JWT", "kid": "k1"}).encode()
+    return base64.urlsafe_b64encode(header).rstrip(b"=").decode()
