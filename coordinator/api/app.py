@@ -73,8 +73,8 @@ def create_app(
     ``/redoc``: FastAPI's loads its scripts and fonts from public CDNs.
     """
     settings = settings or ApiSettings()
-    token_auth = (auth if isinstance(auth, Authenticator)
-                  else Authenticator.from_settings(settings, auth))
+    authenticator = (auth if isinstance(auth, Authenticator)
+                     else Authenticator.from_settings(settings, auth))
     with_runner = settings.api_run_jobs if run_jobs is None else run_jobs
     metrics = ApiMetrics()
 
@@ -127,7 +127,7 @@ def create_app(
 
     app = FastAPI(title="sagaflow operator API", version="1", description=_DESCRIPTION,
                   lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.auth = token_auth
+    app.state.auth = authenticator
     install_error_handlers(app)
     app.include_router(sagas_router)
     app.include_router(versions_router)

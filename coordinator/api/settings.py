@@ -44,7 +44,7 @@ class ApiSettings(CoordinatorSettings):
     api_jwt_user_claim: str = "preferred_username"
     #: Claim holding the person's groups (a list or one string; ``a.b`` reads a nested claim).
     api_jwt_groups_claim: str = "groups"
-    #: Claim whose values are looked up in ``SAGAFLOW_API_JWT_ROLES``. Empty: the groups claim.
+    #: Claim whose values are looked up in ``SAGAFLOW_API_JWT_ROLES``. Unset: the groups claim.
     api_jwt_role_claim: str | None = None
     #: ``value=role`` entries, comma-separated: a JWT whose role claim holds ``value`` gets
     #: ``role`` (viewer, operator, admin); the highest match wins.
