@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -12,7 +12,7 @@ from coordinator.ui import actions, pages, schedules
 from coordinator.ui.docs import mount_docs
 from coordinator.ui.session import CsrfRefused
 from coordinator.ui.settings import UiSettings
-from coordinator.ui.web import HERE, SignInNeeded, UiError, UiState, page
+from coordinator.ui.web import HERE, SignInNeeded, UiError, UiState, page, resolve_session
 
 __all__ = ["mount_ui"]
 
@@ -27,9 +27,8 @@ def mount_ui(app: FastAPI, settings: UiSettings | None = None) -> None:
                     "process restarts, and replicas cannot share them")
     app.state.ui = UiState.build(settings)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    app.include_router(pages.router, prefix="/ui")
-    app.include_router(actions.router, prefix="/ui")
-    app.include_router(schedules.router, prefix="/ui")
+    for router in (pages.router, actions.router, schedules.router):
+        app.include_router(router, prefix="/ui", dependencies=[Depends(resolve_session)])
     mount_docs(app)
 
     @app.get("/", include_in_schema=False)
