@@ -66,8 +66,9 @@ class RelaySettings(BaseSettings):
     linger_ms: int = Field(default=0, ge=0)
     #: Serve ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
-    #: Address the probe port binds.
-    metrics_addr: str = "0.0.0.0"
+    #: Address the probe port binds: only this host by default; ``0.0.0.0`` for Kubernetes
+    #: probes and a Prometheus on another host.
+    metrics_addr: str = "127.0.0.1"
     #: LISTEN for the optional writer hint on ``sagaflow_outbox`` (cheap for the relay).
     listen: bool = True
     #: Stamp each message with a ``sagaflow-relay-epoch`` header ``shard.epoch``.

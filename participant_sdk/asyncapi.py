@@ -29,6 +29,7 @@ from participant_sdk.protocol import (
     CommandEnvelope,
     ReplyEnvelope,
 )
+from participant_sdk.task_events import KIND_TASK_EVENT, TaskEvent
 
 __all__ = ["asyncapi_document", "render"]
 
@@ -78,21 +79,27 @@ def _kafka_key() -> dict[str, Any]:
 def asyncapi_document() -> dict[str, Any]:
     """The AsyncAPI 3.0 document of protocol :data:`PROTOCOL_VERSION`."""
     _, top = models_json_schema(
-        [(CommandEnvelope, "validation"), (ReplyEnvelope, "validation")],
+        [(CommandEnvelope, "validation"), (ReplyEnvelope, "validation"),
+         (TaskEvent, "serialization")],
         ref_template=_SCHEMAS,
     )
     schemas: dict[str, Any] = dict(sorted(top["$defs"].items()))
     schemas["CommandHeaders"] = _headers(KIND_COMMAND, command=True)
     schemas["ReplyHeaders"] = _headers(KIND_REPLY, command=False)
+    schemas["TaskEventHeaders"] = {
+        "type": "object", "description": "Kafka headers (UTF-8 text values).",
+        "properties": {HEADER_MESSAGE_ID: {"type": "string", "format": "uuid"},
+                       HEADER_MESSAGE_KIND: {"type": "string", "const": KIND_TASK_EVENT}},
+        "required": [HEADER_MESSAGE_ID, HEADER_MESSAGE_KIND]}
     prefix = {"description": "Topic prefix of the deployment.", "default": "saga"}
     return {
         "asyncapi": "3.0.0",
         "info": {
             "title": "sagaflow wire protocol",
             "version": str(PROTOCOL_VERSION),
-            "description": "Commands from the sagaflow coordinator to participants and their "
-            "replies, over Kafka, as UTF-8 JSON. The full rules (barrier, limits, "
-            f"malformed replies, versioning) are in {_SPEC}.",
+            "description": "Commands from the sagaflow coordinator to participants, their "
+            "replies, and the human-task notifications, over Kafka, as UTF-8 JSON. The full "
+            f"rules (barrier, limits, malformed replies, versioning) are in {_SPEC}.",
         },
         "defaultContentType": "application/json",
         "servers": {"kafka": {
@@ -107,6 +114,15 @@ def asyncapi_document() -> dict[str, Any]:
                 "parameters": {"prefix": prefix, "participant": {
                     "description": "The participant's name (the command's participant field)."}},
                 "messages": {"command": {"$ref": "#/components/messages/command"}},
+            },
+            "tasks": {
+                "address": "{prefix}.tasks",
+                "description": "Every change of a human task (created, claimed, reminded, "
+                "escalated, completed, rejected, expired, cancelled, ...), written to the "
+                "outbox with the change: plug in a mail or chat consumer. At least once "
+                "(dedupe on the message id header); one saga's changes in order.",
+                "parameters": {"prefix": prefix},
+                "messages": {"taskEvent": {"$ref": "#/components/messages/taskEvent"}},
             },
             "replies": {
                 "address": "{prefix}.replies",
@@ -132,6 +148,11 @@ def asyncapi_document() -> dict[str, Any]:
                     "messages": [{"$ref": "#/channels/replies/messages/reply"}],
                 },
             },
+            "receiveTaskEvent": {
+                "action": "receive", "channel": {"$ref": "#/channels/tasks"},
+                "summary": "A team's consumer tells people about their tasks.",
+                "messages": [{"$ref": "#/channels/tasks/messages/taskEvent"}],
+            },
             "receiveReply": {
                 "action": "receive", "channel": {"$ref": "#/channels/replies"},
                 "summary": "The coordinator applies a reply to the saga it addresses.",
@@ -146,6 +167,13 @@ def asyncapi_document() -> dict[str, Any]:
                     "headers": {"$ref": "#/components/schemas/CommandHeaders"},
                     "payload": {"$ref": "#/components/schemas/CommandEnvelope"},
                     "correlationId": {"location": "$message.payload#/message_id"},
+                    "bindings": _kafka_key(),
+                },
+                "taskEvent": {
+                    "name": "taskEvent", "title": "Human task changed (coordinator to anyone)",
+                    "contentType": "application/json",
+                    "headers": {"$ref": "#/components/schemas/TaskEventHeaders"},
+                    "payload": {"$ref": "#/components/schemas/TaskEvent"},
                     "bindings": _kafka_key(),
                 },
                 "reply": {

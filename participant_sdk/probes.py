@@ -72,7 +72,7 @@ class ProbeServer:
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
-    async def start(self, port: int, host: str = "0.0.0.0") -> None:
+    async def start(self, port: int, host: str = "127.0.0.1") -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
         log.info("%s: /healthz /readyz /metrics on http://%s:%d", self.name, host, self.port)
 

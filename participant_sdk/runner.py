@@ -114,7 +114,7 @@ class ParticipantRunner:
             registry = self.metrics.registry if self.metrics is not None else CollectorRegistry()
             self._probes = ProbeServer(registry=registry, live=self._live, ready=self._ready,
                                        name=f"participant {self.name}")
-            await self._probes.start(s.metrics_port)
+            await self._probes.start(s.metrics_port, s.metrics_addr)
         self._pool = await open_with_retry(
             lambda: create_pool(s.dsn, min_size=1, max_size=s.pool_size,
                                 statement_cache_size=s.statement_cache_size), what="Postgres"

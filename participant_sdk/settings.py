@@ -63,6 +63,9 @@ class ParticipantSettings(BaseSettings):
     install_schema: bool = True
     #: Serve ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = None
+    #: Address the probe port binds: only this host by default; ``0.0.0.0`` for Kubernetes
+    #: probes and a Prometheus on another host.
+    metrics_addr: str = "127.0.0.1"
     #: TEST ONLY: when set and the file does not exist, the process creates it and kills
     #: itself with SIGKILL right after the first committed command, before replying.
     crash_after_commit_flag: Path | None = None

@@ -1,7 +1,7 @@
 """The operator HTTP API: start, inspect and repair sagas; bulk repairs; dead letters."""
 
 from coordinator.api.app import create_app
-from coordinator.api.auth import AuthConfigError, Principal, Role, TokenAuth
+from coordinator.api.auth import AuthConfigError, Authenticator, Principal, Role, TokenAuth
 from coordinator.api.errors import ApiError, ErrorBody
 from coordinator.api.jobs import RepairJobRunner
 from coordinator.api.serve import serve
@@ -11,6 +11,7 @@ __all__ = [
     "ApiError",
     "ApiSettings",
     "AuthConfigError",
+    "Authenticator",
     "ErrorBody",
     "Principal",
     "RepairJobRunner",

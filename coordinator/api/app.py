@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
-from coordinator.api.auth import TokenAuth
+from coordinator.api.auth import Authenticator, TokenAuth
 from coordinator.api.deps import Context
 from coordinator.api.errors import install_error_handlers
 from coordinator.api.jobs import RepairJobRunner
@@ -42,7 +42,8 @@ __all__ = ["create_app"]
 
 _DESCRIPTION = """
 Operate sagas: start them, find them, read their history, and repair the ones that are dead or
-stuck. Every call needs `Authorization: Bearer <token>` (or `X-API-Key`); `viewer` reads,
+stuck. Every call needs `Authorization: Bearer <token>` (a static token or, when configured, a
+JWT from the team's identity provider) or `X-API-Key`; `viewer` reads,
 `operator` starts and repairs, `admin` may also discard dead letters. Human tasks (`/tasks`)
 are for every signed-in person: the engine decides who may claim and complete. Errors share
 one body:
@@ -59,7 +60,7 @@ def create_app(
     *,
     store: SagaStore | None = None,
     registry: Any = None,
-    auth: TokenAuth | None = None,
+    auth: Authenticator | TokenAuth | None = None,
     clock: Callable[[], datetime] = _utcnow,
     run_jobs: bool | None = None,
     ui: UiSettings | None = None,
@@ -68,12 +69,15 @@ def create_app(
 
     With ``store`` the app uses it and leaves it open at shutdown; without, it opens one on
     ``settings.dsn`` with the saga classes of ``settings.sagas`` (or ``registry``). ``auth``
-    defaults to the tokens of the settings. The bulk-repair runner runs in the app unless
+    defaults to the tokens and JWT settings of the settings (a ``TokenAuth`` replaces only the
+    tokens). The bulk-repair runner runs in the app unless
     ``run_jobs`` (default ``settings.api_run_jobs``) is false. The web UI (under ``/ui``) and
-    the offline ``/docs`` use ``ui`` (default: ``SAGAFLOW_UI_*`` variables).
+    the offline ``/docs`` use ``ui`` (default: ``SAGAFLOW_UI_*`` variables). There is no
+    ``/redoc``: FastAPI's loads its scripts and fonts from public CDNs.
     """
     settings = settings or ApiSettings()
-    token_auth = auth if auth is not None else TokenAuth.from_settings(settings)
+    authenticator = (auth if isinstance(auth, Authenticator)
+                     else Authenticator.from_settings(settings, auth))
     with_runner = settings.api_run_jobs if run_jobs is None else run_jobs
     metrics = ApiMetrics()
 
@@ -125,8 +129,8 @@ def create_app(
                 await the_store.close()
 
     app = FastAPI(title="sagaflow operator API", version="1", description=_DESCRIPTION,
-                  lifespan=lifespan, docs_url=None)
-    app.state.auth = token_auth
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.auth = authenticator
     install_error_handlers(app)
     app.include_router(sagas_router)
     app.include_router(versions_router)

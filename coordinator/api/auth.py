@@ -1,137 +1,106 @@
-"""Bearer tokens and API keys mapped to roles: ``viewer`` < ``operator`` < ``admin``.
+"""Who may call: static tokens and JWTs, checked by one :class:`Authenticator`, and
+:func:`require`, the dependency every route uses.
 
-Tokens are kept only as SHA-256 digests and compared with :func:`hmac.compare_digest`
-against every entry, so neither the configuration dump nor the timing gives one away.
-Tokens are never logged.
+A credential is a static token (:mod:`coordinator.api.tokens`) or, when JWTs are configured, a
+JWT (:mod:`coordinator.api.jwt_auth`). Failed checks are counted per client address and per
+credential (:mod:`coordinator.api.rate_limit`); past the limit an attempt gets 429 with
+``Retry-After`` before it is checked. Credentials are never logged.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from enum import StrEnum
-from pathlib import Path
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from coordinator.api.errors import Forbidden, Unauthenticated
+from coordinator.api.errors import Forbidden, TooManyAttempts, Unauthenticated
+from coordinator.api.jwt_auth import JwtVerifier, looks_like_jwt
+from coordinator.api.principals import AuthConfigError, Principal, Role
+from coordinator.api.rate_limit import FailureLimiter, limiter_keys
 from coordinator.api.settings import ApiSettings
+from coordinator.api.tokens import TokenAuth
 
-__all__ = ["AuthConfigError", "Principal", "Role", "TokenAuth", "require"]
+__all__ = ["JWT_KEY_ID", "AuthConfigError", "Authenticated", "Authenticator", "Principal",
+           "Role", "TokenAuth", "require"]
 
 log = logging.getLogger(__name__)
 
-
-class AuthConfigError(ValueError):
-    """A token entry is malformed (the message never contains the token)."""
-
-
-class Role(StrEnum):
-    VIEWER = "viewer"
-    OPERATOR = "operator"
-    ADMIN = "admin"
-
-    def allows(self, needed: Role) -> bool:
-        return _RANK[self] >= _RANK[needed]
-
-
-_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+#: The key id of every JWT principal (a session of one lives while JWTs are accepted).
+JWT_KEY_ID = "jwt"
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
-    """Who called: the configured name (recorded as the actor), the role, and the groups the
-    person is in (human tasks are offered to groups)."""
+class Authenticated:
+    """A checked credential: who, which configured credential (``key_id``), until when."""
 
-    name: str
-    role: Role
-    groups: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
     principal: Principal
-    digest: bytes
+    key_id: str
+    expires_at: datetime | None = None
 
 
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+class Authenticator:
+    """The static tokens, the JWT verifier (if configured) and the failure limit."""
 
+    def __init__(self, tokens: TokenAuth, jwt: JwtVerifier | None = None,
+                 limiter: FailureLimiter | None = None) -> None:
+        self.tokens = tokens
+        self.jwt = jwt
+        self.limiter = limiter or FailureLimiter(0, timedelta(minutes=1))
 
-class TokenAuth:
-    """The token table. Build it from entries, a spec string, a file or the settings."""
+    @classmethod
+    def from_settings(cls, settings: ApiSettings, tokens: TokenAuth | None = None
+                      ) -> Authenticator:
+        """The settings' tokens (or ``tokens``), JWT verifier and failure limit."""
+        auth = cls(tokens if tokens is not None else TokenAuth.from_settings(settings),
+                   JwtVerifier.from_settings(settings),
+                   FailureLimiter(settings.api_auth_max_failures,
+                                  settings.api_auth_failure_window))
+        if not len(auth.tokens) and auth.jwt is None:
+            log.warning("no API tokens and no JWT key configured: every request will get 401")
+        return auth
 
-    def __init__(self, entries: Iterable[tuple[str, Role | str, str]] = ()) -> None:
-        self._entries: list[_Entry] = []
-        for name, role, token in entries:
-            self.add(name, role, token)
-
-    def add(self, name: str, role: Role | str, token: str) -> None:
-        if not name:
-            raise AuthConfigError("a token entry has an empty name")
+    async def authenticate(self, credential: str, *, client: str | None) -> Authenticated:
+        """Check ``credential`` presented from address ``client``; raise ``Unauthenticated``
+        (counted as a failure), ``Forbidden`` or ``TooManyAttempts``."""
+        keys = limiter_keys(client, credential)
+        wait = self.limiter.retry_after(*keys)
+        if wait is not None:
+            raise TooManyAttempts(wait)
         try:
-            parsed = Role(role)
-        except ValueError:
-            raise AuthConfigError(
-                f"token {name!r}: unknown role {role!r} (roles: viewer, operator, admin)"
-            ) from None
-        if token.startswith("sha256:"):
-            try:
-                digest = bytes.fromhex(token.removeprefix("sha256:"))
-            except ValueError:
-                raise AuthConfigError(f"token {name!r}: sha256 digest is not hex") from None
-            if len(digest) != 32:
-                raise AuthConfigError(f"token {name!r}: sha256 digest must be 32 bytes")
-        elif len(token) < 8:
-            raise AuthConfigError(f"token {name!r}: a token needs at least 8 characters")
-        else:
-            digest = _digest(token)
-        self._entries.append(_Entry(Principal(name, parsed), digest))
+            return await self._check(credential)
+        except Unauthenticated:
+            self.limiter.failed(*keys)
+            raise
 
-    @classmethod
-    def parse(cls, spec: str, *, separator: str = ",") -> TokenAuth:
-        """``name:role:token`` entries separated by ``separator`` (blank ones skipped)."""
-        auth = cls()
-        for number, raw in enumerate(spec.split(separator), 1):
-            item = raw.strip()
-            if not item or item.startswith("#"):
-                continue
-            parts = item.split(":", 2)
-            if len(parts) != 3:
-                raise AuthConfigError(f"token entry {number} is not name:role:token")
-            auth.add(parts[0].strip(), parts[1].strip(), parts[2].strip())
-        return auth
+    async def _check(self, credential: str) -> Authenticated:
+        found = self.tokens.lookup(credential)
+        if found is not None:
+            return Authenticated(found[0], found[1])
+        if self.jwt is not None and looks_like_jwt(credential):
+            principal, expires_at = await self.jwt.verify(credential)
+            return Authenticated(principal, JWT_KEY_ID, expires_at)
+        raise Unauthenticated("unknown token", code="invalid_token")
 
-    @classmethod
-    def from_settings(cls, settings: ApiSettings) -> TokenAuth:
-        auth = cls.parse(settings.api_tokens.get_secret_value())
-        if settings.api_tokens_file is not None:
-            text = Path(settings.api_tokens_file).read_text(encoding="utf-8")
-            auth._entries.extend(cls.parse(text, separator="\n")._entries)
-        if not auth._entries:
-            log.warning("no API tokens configured: every request will get 401")
-        return auth
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def authenticate(self, token: str) -> Principal | None:
-        """The principal owning ``token``, or None. Checks every entry (constant work)."""
-        digest = _digest(token)
-        found: Principal | None = None
-        for entry in self._entries:
-            if hmac.compare_digest(entry.digest, digest):
-                found = entry.principal
-        return found
+    def still_valid(self, key_id: str, principal: Principal) -> Principal | None:
+        """The principal a session of ``key_id`` has now: the entry's current one, ``principal``
+        for a JWT while JWTs are accepted, or None once the credential is gone."""
+        if key_id == JWT_KEY_ID:
+            return principal if self.jwt is not None else None
+        return self.tokens.by_key_id(key_id)
 
 
-_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
+_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token or JWT>`")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key header")
+
+
+def client_address(request: Request) -> str | None:
+    """The caller's address (uvicorn puts a trusted proxy's ``X-Forwarded-For`` here)."""
+    return request.client.host if request.client is not None else None
 
 
 def require(role: Role) -> Callable[..., Awaitable[Principal]]:
@@ -146,10 +115,8 @@ def require(role: Role) -> Callable[..., Awaitable[Principal]]:
         if not token:
             raise Unauthenticated("credentials required: send 'Authorization: Bearer <token>' "
                                   "or 'X-API-Key: <token>'")
-        auth: TokenAuth = request.app.state.auth
-        principal = auth.authenticate(token)
-        if principal is None:
-            raise Unauthenticated("unknown token", code="invalid_token")
+        auth: Authenticator = request.app.state.auth
+        principal = (await auth.authenticate(token, client=client_address(request))).principal
         if not principal.role.allows(role):
             raise Forbidden(f"{principal.name} has role {principal.role.value}; this call "
                             f"needs {role.value}", details={"needed": role.value,

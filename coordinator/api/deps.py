@@ -34,6 +34,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: _e("Not found"),
     409: _e("Conflict: not legal in the current state"),
     422: _e("The request does not validate"),
+    429: _e("Too many failed credentials from this address or for this credential; "
+            "retry after the Retry-After header's seconds"),
     503: _e("The database is unavailable; retry"),
 }
 

@@ -7,6 +7,7 @@ Hierarchy::
     ├── Forbidden            403: the principal's role does not allow the call
     ├── NotFound             404
     ├── Conflict             409
+    ├── TooManyAttempts      429: too many failed credentials (sends Retry-After)
     └── BadRequest           400 (also 422 for semantically invalid bodies)
 
 Errors of the store (``StoreError``) and of the engine (``InvalidTransition``,
@@ -53,6 +54,7 @@ __all__ = [
     "ErrorDetail",
     "Forbidden",
     "NotFound",
+    "TooManyAttempts",
     "Unauthenticated",
     "install_error_handlers",
 ]
@@ -112,6 +114,17 @@ class NotFound(ApiError):
 class Conflict(ApiError):
     status = 409
     code = "conflict"
+
+
+class TooManyAttempts(ApiError):
+    status = 429
+    code = "too_many_attempts"
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many failed credentials from this address or for this "
+                         f"credential: retry in {retry_after} s",
+                         details={"retry_after": retry_after},
+                         headers={"Retry-After": str(retry_after)})
 
 
 class BadRequest(ApiError):

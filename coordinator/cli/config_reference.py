@@ -13,8 +13,10 @@ import re
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
@@ -73,6 +75,11 @@ def field_docs(cls: type[BaseSettings]) -> dict[str, str]:
 
 def _type(info: FieldInfo) -> str:
     annotation = info.annotation
+    union = get_origin(annotation) in (Union, UnionType)
+    for choice in get_args(annotation) if union else (annotation,):
+        if isinstance(choice, type) and issubclass(choice, Enum):
+            values = ", ".join(f"`{m.value}`" for m in choice)
+            return f"one of {values}, optional" if union else f"one of {values}"
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation).replace("typing.", "").replace("pathlib.", "")
     if text.startswith("list"):

@@ -61,7 +61,9 @@ def _user_error(exc: BaseException) -> StartupError | None:
         return StartupError(f"this command needs the coordinator extra: pip install "
                             f"'{DISTRIBUTION}[coordinator]' (missing module {exc.name!r})")
     if isinstance(exc, _loaded("coordinator.api.auth", "AuthConfigError")):
-        return StartupError(f"SAGAFLOW_API_TOKENS / SAGAFLOW_API_TOKENS_FILE: {exc}")
+        text = str(exc)  # the JWT settings' messages name their variable
+        return StartupError(text if text.startswith("SAGAFLOW_") else
+                            f"SAGAFLOW_API_TOKENS / SAGAFLOW_API_TOKENS_FILE: {text}")
     known = (_loaded("coordinator.store.errors", "StoreError"),
              _loaded("coordinator.sagas.loading", "SagaImportError"),
              _loaded("coordinator.schedules.errors", "ScheduleError"))

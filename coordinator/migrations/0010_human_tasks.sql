@@ -40,6 +40,8 @@ CREATE INDEX human_tasks_open_users ON human_tasks USING gin (candidate_users)
 CREATE INDEX human_tasks_open_groups ON human_tasks USING gin (candidate_groups)
     WHERE state = 'open';
 CREATE INDEX human_tasks_open_assignee ON human_tasks (assignee) WHERE state = 'open';
+CREATE INDEX human_tasks_open_owner ON human_tasks (owner)
+    WHERE state = 'open' AND owner IS NOT NULL;
 CREATE INDEX human_tasks_open_order
     ON human_tasks ((coalesce(due_at, 'infinity'::timestamptz)), priority DESC, id)
     WHERE state = 'open';

@@ -72,8 +72,9 @@ class ObservabilitySettings(BaseSettings):
 
     #: Serve ``/healthz``, ``/readyz`` and Prometheus ``/metrics`` on this port (off when unset).
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    #: Address the probe port binds.
-    metrics_addr: str = "0.0.0.0"
+    #: Address the probe port binds: only this host by default; ``0.0.0.0`` for Kubernetes
+    #: probes and a Prometheus on another host.
+    metrics_addr: str = "127.0.0.1"
     #: How often the in-flight, dead, dead-letter, outbox and stuck gauges are refreshed.
     observe_interval: Duration = timedelta(seconds=15)
     #: Default no-progress threshold (``SAGAFLOW_STUCK_AFTER=5m``).

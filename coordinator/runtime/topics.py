@@ -2,7 +2,8 @@
 
 Managed Kafka turns broker-side auto-creation off, and auto-created topics get the broker's
 default partitions and replication anyway; ``sagaflow-coordinator topics`` creates
-``<prefix>.replies`` and every ``<prefix>.<participant>.commands`` up front, and leaves
+``<prefix>.replies``, ``<prefix>.signals``, every ``<prefix>.<participant>.commands`` and,
+with human tasks, ``<prefix>.tasks`` up front, and leaves
 topics that already exist alone.
 """
 
@@ -12,19 +13,23 @@ from collections.abc import Iterable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from coordinator.engine.compiled import CompiledSaga, StepKind
+from coordinator.engine.compiled import CompiledSaga, CompiledTask, StepKind, walk
 from coordinator.runtime.signal_wire import signal_topic
 from participant_sdk.kafka_security import KafkaSecurity
+from participant_sdk.task_events import tasks_topic
 
 __all__ = ["ensure_topics", "saga_topics"]
 
 
 def saga_topics(sagas: Iterable[CompiledSaga]) -> list[str]:
-    """The reply and signal topics and every command topic the saga types send to, sorted."""
+    """The reply and signal topics, every command topic the saga types send to, and the task
+    notifications' topic of the types that have human tasks, sorted."""
     topics: set[str] = set()
     for saga in sagas:
         topics.add(saga.reply_topic)
         topics.add(signal_topic(saga.topic_prefix))
+        if any(isinstance(n, CompiledTask) for n in walk(saga.root)):
+            topics.add(tasks_topic(saga.topic_prefix))
         topics.update(saga.command_topic(step) for step in saga.steps
                       if step.kind is not StepKind.CHILD)
     return sorted(topics)

@@ -22,6 +22,7 @@ from coordinator.store.records import (
     TimerRecord,
     VerifyResult,
 )
+from coordinator.store.task_queries import task_differences
 
 __all__ = [
     "compact",
@@ -213,6 +214,8 @@ async def verify(
         differences.append("steps: stored in another order than replayed")
     if rebuilt is None:
         differences.append("no history to replay")
+    elif state is not None:
+        differences += await task_differences(conn, saga_id, state, definition)
     if from_seq + count != row["history_seq"]:
         differences.append(
             f"history has {from_seq + count} events, the saga row says {row['history_seq']}"

@@ -18,9 +18,12 @@ from uuid import UUID
 
 import asyncpg
 
+from coordinator.engine import CompiledSaga, SagaState
+from coordinator.engine.tree import WaitKind
 from coordinator.store.tasks import TASK_COLUMNS
 
-__all__ = ["TaskFilter", "count_tasks", "get_task", "list_tasks", "saga_tasks"]
+__all__ = ["TaskFilter", "count_tasks", "get_task", "list_tasks", "saga_tasks",
+           "task_differences"]
 
 Scope = Literal["inbox", "mine", "available", "all"]
 
@@ -135,6 +138,47 @@ async def saga_tasks(conn: asyncpg.Connection, saga_id: UUID) -> list[dict[str, 
     rows = await conn.fetch(_SELECT + " WHERE t.saga_id = $1 ORDER BY t.created_at, t.id",
                             saga_id)
     return [task_row(r) for r in rows]
+
+
+#: Columns of a task row that its saga's snapshot also holds (the node's payload).
+_PROJECTED: Final = tuple(c for c in TASK_COLUMNS if c not in (
+    "saga_id", "saga_type", "node", "form_schema", "updated_at"))
+
+
+async def task_differences(conn: asyncpg.Connection, saga_id: UUID, state: SagaState,
+                           definition: CompiledSaga) -> list[str]:
+    """Where the tasks table disagrees with the task nodes of ``state`` (verify's check that
+    the projection is the snapshot's)."""
+    rows = {r["id"]: r for r in await saga_tasks(conn, saga_id)}
+    out: list[str] = []
+    for key, step in state.steps.items():
+        node = definition.node(step.node)
+        if getattr(node, "kind", None) is not WaitKind.TASK or not step.payload:
+            continue
+        task = step.payload
+        row = rows.pop(task["id"], None)
+        if row is None:
+            out.append(f"tasks.{task['id']} ({key}): in the snapshot, not in the tasks table")
+            continue
+        for column in _PROJECTED:
+            stored, held = _instant(row.get(column)), _instant(task.get(column))
+            if stored != held:
+                out.append(f"tasks.{task['id']}.{column}: table {stored!r} != snapshot {held!r}")
+    opened = {s.payload["id"] for s in state.steps.values()
+              if s.payload and isinstance(s.payload.get("id"), str)}
+    out += [f"tasks.{task_id}: in the tasks table, no task node in the snapshot opened it"
+            for task_id, row in rows.items() if task_id not in opened and row["state"] == "open"]
+    return out
+
+
+def _instant(value: Any) -> Any:
+    """A time as an instant, whether a column's datetime or a snapshot's ISO text."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value) if "T" in value and value[:4].isdigit() else value
+        except ValueError:
+            return value
+    return value
 
 
 def task_row(row: Mapping[str, Any]) -> dict[str, Any]:

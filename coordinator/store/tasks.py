@@ -4,7 +4,7 @@ the outbox, and the inbox queries.
 The saga's snapshot holds each task (its node's payload); ``human_tasks`` is its projection,
 upserted in the transaction of the decision that changed it, and every change is published
 on ``{prefix}.tasks`` through the outbox in that transaction, for a team's mail or chat
-consumer (``docs/wire-protocol.md`` documents the message).
+consumer (the message is ``participant_sdk.task_events.TaskEvent``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import asyncpg
 from coordinator.engine.decision import TaskChange
 from outbox_relay.message import OutboxMessage
 from participant_sdk.protocol import HEADER_MESSAGE_KIND
+from participant_sdk.task_events import KIND_TASK_EVENT
 
 __all__ = ["KIND_TASK_EVENT", "TASK_COLUMNS", "TaskWrite", "task_messages", "write_tasks"]
 
-#: ``saga-message-kind`` header of a task notification.
-KIND_TASK_EVENT: Final = "task-event"
 #: Namespace of notification message ids (uuid5 of saga, history seq and position).
 _NOTIFY_NS: Final = uuid.UUID("5d0f8a4e-7b3c-4e21-8f6a-2c9b1d7e4a30")
 

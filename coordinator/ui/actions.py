@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from coordinator.api import routes_dead_letters as letters
-from coordinator.api.auth import Principal, Role, TokenAuth
+from coordinator.api.auth import Authenticator, Principal, Role, client_address
 from coordinator.api.errors import ApiError
 from coordinator.api.jobs import JobTooLarge, create_job
 from coordinator.api.models import BulkRepairRequest, SagaFilter
@@ -35,6 +35,7 @@ from coordinator.ui.web import (
     safe_next,
     session_of,
     signed_in,
+    ui_state,
 )
 
 __all__ = ["router"]
@@ -59,26 +60,42 @@ def _reason(form: dict[str, str]) -> str:
 
 @router.post("/login", include_in_schema=False)
 async def login(request: Request) -> Response:
+    """Check a token or a JWT once, then keep the session on the server (the cookie gets its
+    id only)."""
     form = await _checked_form(request)
-    auth: TokenAuth = request.app.state.auth
-    principal = auth.authenticate(form.get("token", "").strip())
-    if principal is None:
-        audit.info("ui sign-in refused (unknown token)")
-        return page(request, "login.html", status=401, next=safe_next(form.get("next")),
-                    error="Unknown token.")
-    session_of(request).sign_in(principal)
-    audit.info("ui sign-in by=%s role=%s", principal.name, principal.role.value)
+    auth: Authenticator = request.app.state.auth
+    try:
+        checked = await auth.authenticate(form.get("token", "").strip(),
+                                          client=client_address(request))
+    except ApiError as exc:
+        audit.info("ui sign-in refused (%s)", exc.code)
+        response = page(request, "login.html", status=exc.status,
+                        next=safe_next(form.get("next")),
+                        error=exc.message[:1].upper() + exc.message[1:] + ".")
+        response.headers.update(exc.headers or {})
+        return response
+    ctx = api_context(request)
+    session = session_of(request)
+    sessions = ui_state(request).sessions
+    if session.sid is not None:
+        await sessions.delete(ctx.store.pool, session.sid)
+    sid = await sessions.create(ctx.store.pool, checked.principal, checked.key_id,
+                                now=ctx.now(), expires_at=checked.expires_at)
+    session.sign_in(checked.principal, sid)
+    audit.info("ui sign-in by=%s role=%s", checked.principal.name, checked.principal.role.value)
     return redirect(request, safe_next(form.get("next")))
 
 
 @router.post("/logout", include_in_schema=False)
 async def logout(request: Request) -> Response:
+    """End the session on the server, so a copy of the cookie no longer signs anyone in."""
     await _checked_form(request)
     session = session_of(request)
     if session.principal is not None:
         audit.info("ui sign-out by=%s", session.principal.name)
-    session.principal = None
-    session.dirty = True
+    if session.sid is not None:
+        await ui_state(request).sessions.delete(api_context(request).store.pool, session.sid)
+    session.sign_out()
     session.set_flash("ok", "Signed out.")
     return redirect(request, "/ui/login")
 

@@ -12,7 +12,7 @@ from coordinator.ui import actions, pages, schedules, tasks
 from coordinator.ui.docs import mount_docs
 from coordinator.ui.session import CsrfRefused
 from coordinator.ui.settings import UiSettings
-from coordinator.ui.web import HERE, SignInNeeded, UiError, UiState, page
+from coordinator.ui.web import HERE, SignInNeeded, UiError, UiState, page, resolve_session
 
 __all__ = ["mount_ui"]
 
@@ -27,9 +27,10 @@ def mount_ui(app: FastAPI, settings: UiSettings | None = None) -> None:
                     "process restarts, and replicas cannot share them")
     app.state.ui = UiState.build(settings)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    counted = [Depends(tasks.inbox_count)]  # the navigation's count of open tasks
+    # Who signed in, then their count of open tasks for the navigation.
+    per_request = [Depends(resolve_session), Depends(tasks.inbox_count)]
     for router in (pages.router, actions.router, schedules.router, tasks.router):
-        app.include_router(router, prefix="/ui", dependencies=counted)
+        app.include_router(router, prefix="/ui", dependencies=per_request)
     mount_docs(app)
 
     @app.get("/", include_in_schema=False)

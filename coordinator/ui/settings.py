@@ -25,10 +25,14 @@ class UiSettings(BaseSettings):
     #: Key that signs the session cookie. Empty: a random key per process (sessions end when
     #: the API restarts, and replicas behind one address must share a key).
     session_secret: SecretStr = SecretStr("")
-    #: A session ends this long after sign-in.
+    #: A session ends this long after sign-in (a JWT user's when the JWT expires, if sooner).
     session_max_age: Duration = timedelta(hours=8)
-    #: Send the cookie only over HTTPS (``Secure``, ``__Host-`` name). Off for plain-HTTP demos.
-    secure_cookies: bool = False
+    #: A session ends when it has not been used for this long.
+    session_idle_timeout: Duration = timedelta(minutes=30)
+    #: Send the cookie only over HTTPS (``Secure``, ``__Host-`` name). Unset: on, except for a
+    #: UI served on plain HTTP at a loopback address (``localhost``, ``127.0.0.1``, ``::1``).
+    #: Set false to serve it on plain HTTP at another address (then the cookie can be sniffed).
+    secure_cookies: bool | None = None
     #: Jaeger's query API (``SAGAFLOW_JAEGER_QUERY``), read server-side for the trace view.
     jaeger_query: str | None = Field(
         default=None, validation_alias=AliasChoices("SAGAFLOW_JAEGER_QUERY",

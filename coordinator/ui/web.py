@@ -14,13 +14,14 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from coordinator.api.auth import Principal, Role
+from coordinator.api.auth import Authenticator, Principal, Role
 from coordinator.api.deps import Context
 from coordinator.ui.session import Session, SessionCodec
+from coordinator.ui.session_store import SessionStore
 from coordinator.ui.settings import UiSettings
 
-__all__ = ["SignInNeeded", "UiError", "UiState", "form_of", "page", "redirect", "safe_next",
-           "signed_in"]
+__all__ = ["SignInNeeded", "UiError", "UiState", "form_of", "page", "redirect",
+           "resolve_session", "safe_next", "signed_in"]
 
 HERE = Path(__file__).parent
 #: Bodies of the UI's forms are small; refuse anything bigger before parsing.
@@ -75,6 +76,7 @@ STUCK_COUNT_TTL = timedelta(seconds=10)
 class UiState:
     settings: UiSettings
     codec: SessionCodec
+    sessions: SessionStore
     templates: Jinja2Templates
     _stuck: tuple[datetime, int] | None = None
 
@@ -87,7 +89,9 @@ class UiState:
 
     @classmethod
     def build(cls, settings: UiSettings) -> UiState:
-        return cls(settings, SessionCodec(settings), _templates())
+        sessions = SessionStore(idle_timeout=settings.session_idle_timeout,
+                                max_age=settings.session_max_age)
+        return cls(settings, SessionCodec(settings), sessions, _templates())
 
 
 def ui_state(request: Request) -> UiState:
@@ -110,6 +114,26 @@ def session_of(request: Request) -> Session:
     return session
 
 
+async def resolve_session(request: Request) -> None:
+    """Who the session's server-side record says signed in, if it is still live and its
+    credential still configured (a dependency of every UI route); else the session ends."""
+    session = session_of(request)
+    if session.sid is None:
+        return
+    ctx = api_context(request)
+    sessions = ui_state(request).sessions
+    record = await sessions.find(ctx.store.pool, session.sid, now=ctx.now())
+    auth: Authenticator = request.app.state.auth
+    principal = (None if record is None
+                 else auth.still_valid(record.credential, record.principal))
+    if principal is None:
+        if record is not None:
+            await sessions.delete(ctx.store.pool, session.sid)
+        session.sign_out()
+        return
+    session.principal = principal
+
+
 def signed_in(request: Request, role: Role = Role.VIEWER) -> Principal:
     """The signed-in principal, who must have ``role`` (the server-side gate of every action)."""
     principal = session_of(request).principal
@@ -126,7 +150,7 @@ def finish(request: Request, response: Response) -> Response:
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")
     response.headers.setdefault("Cache-Control", "no-store")
-    ui_state(request).codec.save(session_of(request), response)
+    ui_state(request).codec.save(session_of(request), request, response)
     return response
 
 

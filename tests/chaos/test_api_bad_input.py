@@ -73,8 +73,10 @@ async def client(fresh_db: str, topic_prefix: str) -> AsyncIterator[tuple[httpx.
         for order in plan_orders(9107, 3):
             await store.start_saga("order", order.input, saga_id=order.saga_id)
             ids.append(str(order.saga_id))
-        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS),
-                         run_jobs=False)
+        # No failure limit: every route must answer each wrong token with 401, not 429 (the
+        # limit has its own test in tests/integration/test_api_jwt.py).
+        app = create_app(ApiSettings(api_auth_max_failures=0), store=store,
+                         auth=TokenAuth.parse(TOKENS), run_jobs=False)
         async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
             base_url="http://api",

@@ -10,6 +10,7 @@ failover takes the pods out of rotation instead of restarting them.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import httpx
@@ -25,6 +26,22 @@ PORT_VARS = {"coordinator": "SAGAFLOW_METRICS_PORT", "relay": "SAGAFLOW_RELAY_ME
              "payments": "SAGAFLOW_PARTICIPANT_METRICS_PORT"}
 METRIC = {"coordinator": "sagaflow_sagas_in_flight", "relay": "sagaflow_relay_rows_published",
           "payments": "sagaflow_participant"}
+
+
+def listening_on(port: int) -> set[str]:
+    """The local addresses a socket listens on at ``port`` (Linux ``/proc/net/tcp*``)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    raw = bytes.fromhex(address)  # 32-bit words, little-endian
+                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+                    found.add(socket.inet_ntop(family, raw))
+    return found
 
 
 async def probe_all(client: httpx.AsyncClient, ports: dict[str, int],
@@ -64,6 +81,9 @@ async def test_probes_follow_the_database(make_stack: MakeStack, pg_url: str) ->
             async with httpx.AsyncClient(timeout=5) as client:
                 ready = await wait_for(client, ports, "/readyz", 200, within=20)
                 assert all(code == 200 for code, _ in ready.values()), ready
+                # Unconfigured, every probe port is reachable from this host only.
+                bound = {name: listening_on(port) for name, port in ports.items()}
+                assert all(found == {"127.0.0.1"} for found in bound.values()), bound
                 alive = await probe_all(client, ports, "/healthz")
                 assert all(code == 200 for code, _ in alive.values()), alive
                 metrics = await probe_all(client, ports, "/metrics")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.browser import api_process, chromium, click_through, need_browser, sign_in
-from tests.integration.tasks_support import EXPENSE, expense_store, token
+from tests.integration.task_api_support import EXPENSE, expense_store, token
 from tests.integration.test_human_tasks_store import answer_commands
 
 pytestmark = pytest.mark.e2e

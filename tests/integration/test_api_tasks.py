@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.integration.tasks_support import TaskApi, task_api
+from tests.integration.task_api_support import TaskApi, task_api
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from coordinator.cli.ops import main as saga_cli
-from tests.integration.tasks_support import EXPENSE, expense_store, monday_clock, token
+from tests.integration.task_api_support import EXPENSE, expense_store, monday_clock, token
 from tests.integration.test_api_live import Live, served_api
 from tests.integration.test_human_tasks_store import answer_commands
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from coordinator.client import SagaApiError, SagaClient
 from examples.expense_saga import FinanceReview
-from tests.integration.tasks_support import TaskApi, task_api, token
+from tests.integration.task_api_support import TaskApi, task_api, token
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ async def api(fresh_db: str, topic_prefix: str) -> AsyncIterator[TaskApi]:
 def client(api: TaskApi, who: str) -> SagaClient:
     transport = api.client._transport
     assert isinstance(transport, httpx.ASGITransport)
-    return SagaClient("http://api", token=token(who), transport=transport)
+    return SagaClient("https://api", token=token(who), transport=transport)
 
 
 class Approve(BaseModel):

@@ -18,9 +18,9 @@ from coordinator.engine.decision import InvalidInput, TaskRefused
 from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from coordinator.store.task_queries import TaskFilter
-from coordinator.store.tasks import KIND_TASK_EVENT
 from examples.expense_saga import ExpenseSaga
 from participant_sdk.protocol import HEADER_MESSAGE_KIND, Outcome, decode_command, make_reply
+from participant_sdk.task_events import KIND_TASK_EVENT, TaskEvent
 from tests.integration.test_store_support import ManualClock, migrated
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,11 @@ async def outbox(store: SagaStore) -> list[tuple[str, dict[str, str], bytes]]:
 
 
 def notifications(rows: list[tuple[str, dict[str, str], bytes]]) -> list[dict[str, Any]]:
-    return [json.loads(p) for _, h, p in rows if h.get(HEADER_MESSAGE_KIND) == KIND_TASK_EVENT]
+    """The task notifications among ``rows``, each checked against the published model."""
+    found = [p for _, h, p in rows if h.get(HEADER_MESSAGE_KIND) == KIND_TASK_EVENT]
+    for payload in found:
+        TaskEvent.model_validate_json(payload)
+    return [json.loads(p) for p in found]
 
 
 async def answer_commands(store: SagaStore, saga_id: UUID, outcome: Outcome = Outcome.OK
@@ -117,7 +121,8 @@ async def test_the_chain_runs_with_four_eyes_and_a_rejection_releases_the_money(
     assert {t["id"] for t in inbox} == {t["id"] for t in finance}
     assert await store.list_tasks(TaskFilter(user="erin", groups=FINANCE)) == []
 
-    first, second, third = (t["id"] for t in finance)
+    by_node = {t["node"]: t["id"] for t in finance}
+    first, second, third = (by_node[f"finance_{i}"] for i in (1, 2, 3))
     await store.act_on_task(first, "claim", "fay", groups=FINANCE)
     await store.act_on_task(first, "complete", "fay", groups=FINANCE,
                             data={"outcome": "approve", "cost_center": "cc-7"})
@@ -149,14 +154,14 @@ async def test_many_claims_of_one_task_exactly_one_wins(store: SagaStore) -> Non
     manager = await task_of(store, saga_id, "manager_approval")
     await store.act_on_task(manager["id"], "claim", "mia")
     await store.act_on_task(manager["id"], "complete", "mia", data={"outcome": "approve"})
-    task = (await store.saga_tasks(saga_id))[1]
+    task = await task_of(store, saga_id, "finance_2")
     people = [f"f{i}" for i in range(12)]
     outcomes = await asyncio.gather(
         *(store.act_on_task(task["id"], "claim", p, groups=FINANCE) for p in people),
         return_exceptions=True)
     winners = [p for p, o in zip(people, outcomes, strict=True)
                if not isinstance(o, BaseException)]
-    assert len(winners) == 1
+    assert len(winners) == 1, outcomes
     losers = [o for o in outcomes if isinstance(o, BaseException)]
     assert all(isinstance(o, TaskRefused) and o.code == "claimed"
                and f"claimed by {winners[0]}" in str(o) for o in losers)
@@ -199,3 +204,17 @@ async def test_a_completion_racing_its_escalation_and_timeout_has_one_outcome(
         assert task["state"] == "completed" and task["completed_by"] == "mia"
         assert saga.status == Status.RUNNING.value
     assert (await store.verify(saga_id)).ok
+
+
+async def test_verify_checks_the_tasks_table_against_the_snapshot(store: SagaStore) -> None:
+    saga_id = await started(store)
+    manager = await task_of(store, saga_id, "manager_approval")
+    await store.act_on_task(manager["id"], "claim", "mia")
+    assert (await store.verify(saga_id)).ok
+    async with store.pool.acquire() as conn:
+        await conn.execute("UPDATE human_tasks SET assignee = 'eve' WHERE id = $1",
+                           manager["id"])
+    result = await store.verify(saga_id)
+    assert not result.ok
+    assert result.differences == [
+        f"tasks.{manager['id']}.assignee: table 'eve' != snapshot 'mia'"]

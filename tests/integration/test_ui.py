@@ -55,7 +55,7 @@ class Browser:
 @pytest.fixture
 async def ui(api_store: tuple[SagaStore, ManualClock]) -> AsyncIterator[Browser]:
     store, clock = api_store
-    async with app_client(store, clock, base_url="http://ui.test",
+    async with app_client(store, clock, base_url="https://ui.test",
                           ui=UiSettings(session_secret="test-secret-1")) as client:
         yield Browser(client, store, clock)
 
@@ -156,6 +156,7 @@ async def test_bulk_repair_needs_the_typed_count(ui: Browser) -> None:
 async def test_docs_and_every_asset_are_served_by_the_app(ui: Browser) -> None:
     docs = await ui.client.get("/docs")
     assert docs.status_code == 200
+    assert (await ui.client.get("/redoc")).status_code == 404  # it would load CDN scripts
     urls = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
     assert urls and all(u.startswith("/") for u in urls), urls
     for url in urls:
@@ -200,7 +201,7 @@ async def test_participants_dead_letters_are_read_from_their_own_databases(
         store, clock = api_store
         settings = UiSettings(session_secret="test-secret-1", participant_dsns={
             "payments": dsn, "shipping": "postgresql://nobody:s3cret@127.0.0.1:1/none"})
-        async with app_client(store, clock, base_url="http://ui.test", ui=settings) as client:
+        async with app_client(store, clock, base_url="https://ui.test", ui=settings) as client:
             ui = Browser(client, store, clock)
             await ui.sign_in(VIEWER)
             page = (await client.get("/ui/dead-letters")).text

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from coordinator.ui import UiSettings
-from tests.integration.tasks_support import TaskApi, task_api, token
+from tests.integration.task_api_support import TaskApi, task_api, token
 from tests.integration.test_ui import _CSRF
 
 pytestmark = pytest.mark.integration

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.engine import compile_saga
+from coordinator.engine.migrate import plan_migration
 from coordinator.engine.simulate import Simulator
 from coordinator.language.saga import DefinitionError, Saga
 from coordinator.sagas.patterns import (
@@ -17,6 +18,7 @@ from coordinator.sagas.patterns import (
     etl_batch_saga,
     onboarding_saga,
     order_saga,
+    participant_approval_saga,
     refund_saga,
 )
 from coordinator.sagas.patterns.docs import render
@@ -47,8 +49,8 @@ def run(cls: type[Saga], data: dict[str, Any], fail: str | None = None
     return sim.current.status.value, [(c.step, c.phase.value) for c in sim.sent]
 
 
-def test_approval_acts_only_on_a_yes() -> None:
-    cls = approval_saga(participant="payments", action="pay_invoice")
+def test_approval_version_1_acts_only_on_the_approvals_service_yes() -> None:
+    cls = participant_approval_saga(participant="payments", action="pay_invoice")
     status, sent = run(cls, APPROVAL_IN)
     assert status == "completed"
     assert sent == [("approve", "try"), ("act", "action"), ("approve", "confirm")]
@@ -56,6 +58,38 @@ def test_approval_acts_only_on_a_yes() -> None:
     assert (status, sent) == ("compensated", [("approve", "try"), ("approve", "cancel")])
     status, sent = run(cls, APPROVAL_IN, fail="act")
     assert status == "compensated" and sent[-1] == ("approve", "cancel")
+
+
+def test_approval_version_2_asks_people_and_acts_only_on_a_yes() -> None:
+    cls = approval_saga(participant="payments", action="pay_invoice", groups=("finance",),
+                        approvers_needed=2, approvers_asked=3)
+    sim = Simulator(compile_saga(cls))
+    sim.start(APPROVAL_IN, started_by=APPROVAL_IN["requester"])
+    tasks = sorted(sim.tasks.values(), key=lambda t: t["node"])
+    assert [t["node"] for t in tasks] == ["approver_1", "approver_2", "approver_3"]
+    assert all(t["excluded_users"] == [APPROVAL_IN["requester"]] for t in tasks)
+    for task, who in zip(tasks[:2], ("fay", "fred"), strict=True):
+        sim.act(task["id"], "claim", who, groups=["finance"])
+        sim.act(task["id"], "complete", who, data={"outcome": "approve"})
+    assert [(c.step, c.phase.value) for c in sim.sent] == [("act", "action")]
+    sim.reply_to(sim.last())
+    assert sim.current.status.value == "completed"
+    assert sim.tasks[tasks[2]["id"]]["state"] == "cancelled"
+
+
+def test_approval_version_2_takes_over_approved_version_1_sagas() -> None:
+    old = participant_approval_saga(participant="payments", action="pay_invoice")
+    new = approval_saga(participant="payments", action="pay_invoice", version=2,
+                        migrate_from=old)
+    sim = Simulator(compile_saga(old))
+    sim.start(APPROVAL_IN)
+    waiting = sim.current
+    sim.reply_to(sim.last())  # the approvals service said yes
+    plan = plan_migration(compile_saga(new), sim.current)
+    assert plan.ok and plan.state is not None
+    assert plan.state.steps["approval"].result == {
+        "outcome": "approve", "comment": "approved by the approvals service"}
+    assert not plan_migration(compile_saga(new), waiting).ok  # its try is outstanding
 
 
 def test_order_holds_payment_and_every_line_then_captures_or_releases_all() -> None:
@@ -138,4 +172,4 @@ def test_the_public_surface_is_deliberate() -> None:
     assert patterns.__all__ == [
         "PATTERNS", "ApprovalInput", "EtlBatchInput", "OnboardingInput", "OrderInput",
         "OrderLine", "Pattern", "RefundInput", "approval_saga", "etl_batch_saga",
-        "onboarding_saga", "order_saga", "refund_saga"]
+        "onboarding_saga", "order_saga", "participant_approval_saga", "refund_saga"]

@@ -79,12 +79,16 @@ def test_the_tree_svg_draws_composites_as_frames() -> None:
     assert sorted(re.findall(r'class="state current" data-state="([^"]+)"', svg)) == ["b", "c"]
 
 
-def _request(cookie: str | None = None, **headers: str) -> Request:
+def _request(cookie: str | None = None, url: str = "https://ui.test/", **headers: str
+             ) -> Request:
+    scheme, rest = url.split("://", 1)
+    host, _, path = rest.partition("/")
     raw = [(k.lower().replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
     if cookie is not None:
         raw.append((b"cookie", cookie.encode()))
-    raw.append((b"host", b"ui.test"))
-    return Request({"type": "http", "method": "POST", "path": "/", "headers": raw})
+    raw.append((b"host", host.encode()))
+    return Request({"type": "http", "method": "POST", "path": "/" + path, "scheme": scheme,
+                    "headers": raw})
 
 
 def _cookie(codec: SessionCodec, response: Response) -> str:
@@ -95,32 +99,55 @@ def _cookie(codec: SessionCodec, response: Response) -> str:
 def test_the_session_cookie_round_trips_and_refuses_tampering() -> None:
     codec = SessionCodec(UiSettings(session_secret="s3cret-s3cret"))
     session = codec.load(_request())
-    assert session.principal is None and session.dirty
-    session.sign_in(Principal("olga", Role.OPERATOR))
+    assert session.sid is None and session.dirty
+    session.sign_in(Principal("olga", Role.OPERATOR), "session-id-1")
     response = Response()
-    codec.save(session, response)
+    codec.save(session, _request(), response)
     assert "HttpOnly" in response.headers["set-cookie"]
     assert "SameSite=strict" in response.headers["set-cookie"]
     cookie = _cookie(codec, response)
+    assert "olga" not in cookie  # who signed in stays on the server
     again = codec.load(_request(cookie))
-    assert again.principal == Principal("olga", Role.OPERATOR) and again.csrf == session.csrf
+    assert again.sid == "session-id-1" and again.principal is None
+    assert again.csrf == session.csrf
     name, value = cookie.split("=", 1)
     forged = codec.load(_request(f"{name}={value[:-2]}xx"))
-    assert forged.principal is None
+    assert forged.sid is None
     other_key = SessionCodec(UiSettings(session_secret="another-key"))
-    assert other_key.load(_request(cookie)).principal is None
+    assert other_key.load(_request(cookie)).sid is None
 
 
-def test_the_session_ends_after_its_max_age() -> None:
+def test_the_session_cookie_ends_after_its_max_age() -> None:
     codec = SessionCodec(UiSettings(session_secret="k" * 12, session_max_age=timedelta(seconds=1)))
     session = codec.load(_request())
-    session.sign_in(Principal("vera", Role.VIEWER))
+    session.sign_in(Principal("vera", Role.VIEWER), "session-id-2")
     response = Response()
-    codec.save(session, response)
+    codec.save(session, _request(), response)
     cookie = _cookie(codec, response)
-    assert codec.load(_request(cookie)).principal is not None
+    assert codec.load(_request(cookie)).sid is not None
     time.sleep(2.1)
-    assert codec.load(_request(cookie)).principal is None
+    assert codec.load(_request(cookie)).sid is None
+
+
+@pytest.mark.parametrize(("url", "secure"), [
+    ("https://ui.example/", True),
+    ("http://ui.example/", True),  # behind a TLS proxy, or a mistake: stay safe
+    ("http://10.0.0.5:8080/", True),
+    ("https://localhost/", True),
+    ("http://localhost:8080/", False),
+    ("http://127.0.0.1:8080/", False),
+    ("http://[::1]:8080/", False),
+])
+def test_cookies_are_secure_unless_served_on_loopback_http(url: str, secure: bool) -> None:
+    codec = SessionCodec(UiSettings(session_secret="k" * 12))
+    session = codec.load(_request(url=url))
+    response = Response()
+    codec.save(session, _request(url=url), response)
+    header = response.headers["set-cookie"]
+    assert ("; secure" in header.lower()) is secure, header
+    assert header.startswith("__Host-sagaflow=" if secure else "sagaflow_session="), header
+    forced = SessionCodec(UiSettings(session_secret="k" * 12, secure_cookies=not secure))
+    assert forced.secure(_request(url=url)) is (not secure)
 
 
 def test_csrf_needs_the_session_token_and_our_origin() -> None:

@@ -35,6 +35,7 @@ from coordinator.engine.state import StepPhase, StepState
 from coordinator.engine.tree import CompiledNode, CompiledTask, WaitKind
 from coordinator.language.calendars import add_business_days
 from coordinator.language.tasks import HumanTask
+from participant_sdk.task_events import tasks_topic
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work
@@ -307,7 +308,7 @@ def _report(w: Work, key: str, change: str, actor: str | None,
     if form_schema is not None:
         record["form_schema"] = form_schema
     w.tasks.append(TaskChange(task_id=task["id"], node=key, change=change, actor=actor,
-                              record=record, topic=f"{w.definition.topic_prefix}.tasks"))
+                              record=record, topic=tasks_topic(w.definition.topic_prefix)))
 
 
 def _people(task: dict[str, Any]) -> str:

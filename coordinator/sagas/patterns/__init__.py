@@ -10,7 +10,12 @@ Each template has a version and change log of its own (:data:`PATTERNS`); the cl
 records it in ``pattern`` (``"order@1"``). Diagrams: ``docs/patterns.md``.
 """
 
-from coordinator.sagas.patterns.approval import APPROVAL, ApprovalInput, approval_saga
+from coordinator.sagas.patterns.approval import (
+    APPROVAL,
+    ApprovalInput,
+    approval_saga,
+    participant_approval_saga,
+)
 from coordinator.sagas.patterns.catalog import Pattern
 from coordinator.sagas.patterns.etl import ETL_BATCH, EtlBatchInput, etl_batch_saga
 from coordinator.sagas.patterns.onboarding import ONBOARDING, OnboardingInput, onboarding_saga
@@ -34,5 +39,6 @@ __all__ = [
     "etl_batch_saga",
     "onboarding_saga",
     "order_saga",
+    "participant_approval_saga",
     "refund_saga",
 ]

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator.language.saga import RetryPolicy, Saga
+from coordinator.language.saga import Migration, RetryPolicy, Saga
 
 __all__ = ["Pattern", "build_saga", "class_name"]
 
@@ -42,12 +42,13 @@ def class_name(saga_name: str) -> str:
 
 
 def build_saga(pattern: str, pattern_version: int, *, name: str, version: int,
-               input_model: type[BaseModel], steps: Sequence[Any], description: str
-               ) -> type[Saga]:
+               input_model: type[BaseModel], steps: Sequence[Any], description: str,
+               migrate_from: Mapping[int, Migration] | None = None) -> type[Saga]:
     """A validated saga class (``Saga.__init_subclass__`` checks it, as for a written one)."""
     namespace: dict[str, Any] = {
         "name": name, "version": version, "input_model": input_model, "steps": tuple(steps),
         "description": description, "pattern": f"{pattern}@{pattern_version}",
         "__doc__": description, "__module__": "coordinator.sagas.patterns",
+        "migrate_from": dict(migrate_from or {}),
     }
     return type(class_name(name), (Saga,), namespace)
