@@ -1,7 +1,8 @@
 """The inbox in headless Chromium against the API in its own process, driven as a person
 would: sign in, find the task in the queue (an overdue one marked and first), claim it, send
 the form wrongly and see the error beside the field, send it rightly, and see the saga move
-on to the finance quorum, with the task's node marked in the saga's diagram."""
+on to the finance quorum, with the task's node marked in the saga's diagram; then a finance
+approver claims one of its tasks from their group's queue and approves it."""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.browser import api_process, chromium, click_through, need_browser, sign_in
+from tests.e2e.browser import (
+    api_process,
+    chromium,
+    click_through,
+    need_browser,
+    sign_in,
+    sign_out,
+)
 from tests.integration.task_api_support import EXPENSE, expense_store, token
 from tests.integration.test_human_tasks_store import answer_commands
 
 pytestmark = pytest.mark.e2e
 
-TOKENS = f"mia:viewer:{token('mia')}"
+TOKENS = f"mia:viewer:{token('mia')},fay:viewer+finance:{token('fay')}"
 
 
 @pytest.fixture
@@ -90,3 +98,17 @@ def test_a_manager_approves_an_expense_in_the_inbox(
         tasks = driver.find_elements(By.CSS_SELECTOR, "#saga-tasks tbody tr")
         states = sorted(r.find_elements(By.TAG_NAME, "td")[1].text for r in tasks)
         assert states == ["completed", "open", "open", "open"]
+
+        # A finance approver finds the quorum's tasks in their group's queue.
+        sign_out(driver)
+        sign_in(driver, base, "/ui/tasks?view=queue", token("fay"))
+        rows = driver.find_elements(By.CSS_SELECTOR, "#task-table tbody tr")
+        mine = [r for r in rows if "x-1:" in r.text]
+        assert len(mine) == 3 and all("finance" in r.text for r in mine)
+        click_through(driver, mine[0].find_element(By.CSS_SELECTOR, "button.claim"))
+        assert "claim done by fay" in driver.find_element(By.ID, "flash").text
+        Select(driver.find_element(By.ID, "in-outcome")).select_by_visible_text("approve")
+        driver.find_element(By.ID, "in-cost_center").send_keys("cc-7")
+        click_through(driver, driver.find_element(By.ID, "complete"))
+        assert "complete done by fay; saga running" in driver.find_element(By.ID, "flash").text
+        assert '"cost_center": "cc-7"' in driver.find_element(By.ID, "task-result").text
