@@ -26,6 +26,7 @@ from devstack.config import Settings
 from devstack.errors import DevstackError
 from devstack.ha_config import HaSettings
 from devstack.pgbouncer import Pgbouncer
+from devstack.requirements import require
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,6 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"export {key}={shlex.quote(value)}")
         return 0
     services = stack.select(settings, args.service, ha=args.ha)
+    if args.command != "down":
+        try:
+            require(s.name for s in services)
+        except DevstackError as exc:
+            print(f"devstack: {exc}", file=sys.stderr)
+            return 2
     if args.command == "down":
         services.reverse()
     ok = True
