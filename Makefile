@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sagaflow-installed
 
-.PHONY: bootstrap constraints services demo test test-failover lint down status
+.PHONY: bootstrap constraints system-deps services demo test test-failover lint docs down status
 
 ## bootstrap: create the venv and install sagaflow with dev extras, at the versions pinned in
 ##            constraints.txt (again only when pyproject.toml or constraints.txt changes)
@@ -29,6 +29,11 @@ constraints:
 	mv constraints.txt.new constraints.txt
 	rm -rf .constraints-venv
 
+## system-deps: install the system packages the tests need (Postgres server binaries, Chromium
+##              and its driver, PgBouncer, make, python3.11-venv) or say which and how, and stop
+system-deps:
+	$(PYTHON) -m devstack.system_deps
+
 ## services: start Postgres, Kafka and Jaeger locally (no-op when already up)
 services: bootstrap
 	$(BIN)/python -m devstack up all
@@ -46,7 +51,7 @@ lint: bootstrap
 
 ## test: lint, then every test suite against the local services (the failover scenarios
 ##       included: they start and stop their own HA stack)
-test: services lint
+test: system-deps services lint
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest --durations=30
 
 ## test-failover: only the failover chaos scenarios
