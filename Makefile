@@ -40,14 +40,23 @@ services: bootstrap
 
 ## demo: start everything, run the example sagas, then serve the web UI until Ctrl-C
 ##       (make demo DEMO_ARGS=--once runs the sagas and exits)
-demo: services
+##       Jaeger's first build (minutes) runs in the background: the demo does not wait for it,
+##       its spans are kept meanwhile, and it says when the trace view is ready
+demo: bootstrap
+	$(BIN)/python -m devstack up all --jaeger-in-background
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m examples.demo $(DEMO_ARGS)
 
-## lint: ruff, mypy (strict on the packages) and the layer contracts (architecture.toml)
+## lint: ruff, mypy (strict on the packages), the layer contracts (architecture.toml) and the
+##       documentation site built strictly (a broken link or a page missing from the nav fails)
 lint: bootstrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --config architecture.toml
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
+
+## docs: serve the documentation site at http://127.0.0.1:8000 (rebuilt on every edit)
+docs: bootstrap
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 ## test: lint, then every test suite against the local services (the failover scenarios
 ##       included: they start and stop their own HA stack)

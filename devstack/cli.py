@@ -3,6 +3,7 @@
 ``env`` prints the ``SAGAFLOW_TEST_*`` variables of the test fixtures; ``app-env`` the
 variables that point sagaflow's own processes (coordinator, API, relay) at the local services.
 ``--ha``: a Postgres primary with a synchronous standby and a three-broker Kafka cluster.
+``--jaeger-in-background`` (``make demo``): Jaeger's first build does not hold up the rest.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from devstack.acquire import (
 from devstack.config import Settings
 from devstack.errors import DevstackError
 from devstack.ha_config import HaSettings
+from devstack.jaeger import Jaeger
 from devstack.pgbouncer import Pgbouncer
 from devstack.requirements import require
+from devstack.service import State
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("service", nargs="?", default="all", choices=[*stack.NAMES, "all"])
     p.add_argument("--ha", action="store_true",
                    help="Postgres primary + synchronous standby, three Kafka brokers")
+    p.add_argument("--jaeger-in-background", action="store_true",
+                   help="up: do not wait for Jaeger's first build (minutes); it runs in the "
+                        "background and the spans sent meanwhile are kept for it")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -91,7 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for service in services:
         started = time.monotonic()
         try:
-            if args.command == "up":
+            if args.command == "up" and args.jaeger_in_background and isinstance(service, Jaeger):
+                status = service.up_in_background()
+            elif args.command == "up":
                 status = service.up()
             elif args.command == "down":
                 status = service.down()
@@ -103,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         took = time.monotonic() - started
         print(status.line() + (f" ({took:.1f}s)" if args.command != "status" else ""))
-        if args.command == "up" and not status.usable:
+        if args.command == "up" and not status.usable and status.state is not State.BUILDING:
             ok = False
     return 0 if ok else 1
 
