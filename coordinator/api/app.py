@@ -44,6 +44,10 @@ Operate sagas: start them, find them, read their history, and repair the ones th
 stuck. Every call needs `Authorization: Bearer <token>` (or `X-API-Key`); `viewer` reads,
 `operator` starts and repairs, `admin` may also discard dead letters. Errors share one body:
 `{"error": {"code", "message", "details"}}`.
+
+Guides and reference (running your own saga, the saga language, operating, deploying, every
+setting) are on the documentation site: `make docs` serves it from a checkout at
+[http://127.0.0.1:8000/](http://127.0.0.1:8000/); its pages are the repository's `docs/`.
 """
 
 
