@@ -36,7 +36,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = work / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".local", ".cache", "build", "dist", "*.egg-info", "__pycache__",
-        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "results",
+        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "results", ".site",
         ".constraints-venv"))
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work),
                   str(source)], cwd=work)
