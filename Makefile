@@ -42,7 +42,12 @@ services: bootstrap
 ##       (make demo DEMO_ARGS=--once runs the sagas and exits)
 ##       Jaeger's first build (minutes) runs in the background: the demo does not wait for it,
 ##       its spans are kept meanwhile, and it says when the trace view is ready
-demo: bootstrap
+##       Postgres and Kafka are fetched and set up while the virtual environment installs.
+demo:
+	@mkdir -p .local; { $(PYTHON) -m devstack install postgres && \
+		$(PYTHON) -m devstack install kafka; } > .local/demo-install.log 2>&1 & \
+	$(MAKE) --no-print-directory bootstrap; \
+	wait $$! || { cat .local/demo-install.log; exit 1; }
 	$(BIN)/python -m devstack up all --jaeger-in-background
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m examples.demo $(DEMO_ARGS)
 

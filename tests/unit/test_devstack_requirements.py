@@ -42,3 +42,20 @@ def test_up_kafka_without_aiokafka_fails_at_once(
     assert main(["up", "kafka"]) == 2
     assert time.monotonic() - started < 5
     assert "cannot import aiokafka" in capsys.readouterr().err
+
+
+def test_install_fetches_without_starting_or_needing_aiokafka(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # make demo runs `install` with the system Python while the venv is being created.
+    binary = tmp_path / "jaeger-bin"
+    binary.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("SAGAFLOW_DEVSTACK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SAGAFLOW_JAEGER_BIN", str(binary))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "aiokafka" else real(name, *a))
+    assert main(["install", "jaeger"]) == 0
+    assert "jaeger    installed" in capsys.readouterr().out
+    assert (tmp_path / "home" / "jaeger" / "config.yaml").is_file()
+    assert not (tmp_path / "home" / "jaeger" / "jaeger.pid").exists()
