@@ -6,8 +6,10 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sagaflow-installed
+APP_STAMP := $(VENV)/.sagaflow-app-installed
 
-.PHONY: bootstrap constraints system-deps services demo test test-failover lint docs down status
+.PHONY: bootstrap bootstrap-app constraints system-deps services demo test test-failover lint \
+	docs down status
 
 ## bootstrap: create the venv and install sagaflow with dev extras, at the versions pinned in
 ##            constraints.txt (again only when pyproject.toml or constraints.txt changes)
@@ -16,6 +18,15 @@ bootstrap: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@ $(APP_STAMP)
+
+## bootstrap-app: only what the demo runs (the coordinator extra, no test or lint tools), so a
+##                fresh clone's `make demo` installs less; `make bootstrap` adds the rest
+bootstrap-app: $(APP_STAMP)
+
+$(APP_STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[coordinator]'
 	@touch $@
 
 ## constraints: re-resolve the newest versions pyproject.toml allows and pin them in
@@ -46,7 +57,7 @@ services: bootstrap
 demo:
 	@mkdir -p .local; { $(PYTHON) -m devstack install postgres && \
 		$(PYTHON) -m devstack install kafka; } > .local/demo-install.log 2>&1 & \
-	$(MAKE) --no-print-directory bootstrap; \
+	$(MAKE) --no-print-directory bootstrap-app; \
 	wait $$! || { cat .local/demo-install.log; exit 1; }
 	$(BIN)/python -m devstack up all --jaeger-in-background
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m examples.demo $(DEMO_ARGS)
@@ -73,7 +84,7 @@ test-failover: services
 	eval "$$($(BIN)/python -m devstack env)"; $(BIN)/python -m pytest -m failover
 
 ## status / down: inspect or stop the local services
-status: bootstrap
+status: bootstrap-app
 	$(BIN)/python -m devstack status
 
 down:

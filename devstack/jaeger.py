@@ -119,8 +119,10 @@ class Jaeger(Service):
 
     def up_in_background(self) -> Status:
         """Start Jaeger if it is built; else build it behind a span-keeping port, not waiting."""
-        if self.binary().is_file() or self.buffer_pid() is not None:
-            return self.up() if self.buffer_pid() is None else self.status()
+        if self.buffer_pid() is not None:
+            return self.status()
+        if self.binary().is_file():
+            return self.up()
         with procs.file_lock(self.settings.home / f".{self.name}.lock"):
             if any(procs.port_open(p) for p in self.ports()):
                 return self.status()
