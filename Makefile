@@ -55,6 +55,7 @@ services: bootstrap
 ##       its spans are kept meanwhile, and it says when the trace view is ready
 ##       Postgres and Kafka are fetched and set up while the virtual environment installs.
 demo:
+	$(PYTHON) -m devstack.system_deps --demo
 	@mkdir -p .local; { $(PYTHON) -m devstack install postgres && \
 		$(PYTHON) -m devstack install kafka; } > .local/demo-install.log 2>&1 & \
 	$(MAKE) --no-print-directory bootstrap-app; \

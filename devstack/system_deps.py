@@ -72,18 +72,22 @@ class Plan:
         return self.via is not None
 
 
-def plan(machine: Machine) -> Plan:
-    """The packages ``machine`` lacks, and how (whether) they can be installed."""
+def plan(machine: Machine, *, demo_only: bool = False) -> Plan:
+    """The packages ``machine`` lacks, and how (whether) they can be installed.
+
+    ``demo_only``: what ``make demo`` needs (no browser, no PgBouncer: only tests use them).
+    """
     has = machine.commands.__contains__
     wanted: list[tuple[str, str]] = []
     if not machine.has_pg_server:
         wanted.append(POSTGRES)
-    if not has("chromium"):
-        wanted.append(CHROMIUM)
-    if not has("chromedriver"):
-        wanted.append(CHROMEDRIVER)
-    if not has("pgbouncer"):
-        wanted.append(PGBOUNCER)
+    if not demo_only:
+        if not has("chromium"):
+            wanted.append(CHROMIUM)
+        if not has("chromedriver"):
+            wanted.append(CHROMEDRIVER)
+        if not has("pgbouncer"):
+            wanted.append(PGBOUNCER)
     if not has("make"):
         wanted.append(MAKE)
     if not machine.has_ensurepip:
@@ -154,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="only say what is missing; install nothing (exit 1 if anything is)")
+    parser.add_argument("--demo", action="store_true",
+                        help="only what make demo needs (no browser, no PgBouncer)")
     args = parser.parse_args(argv)
-    p = plan(survey())
+    p = plan(survey(), demo_only=args.demo)
     prog = "system-deps"
     if p.missing_prerequisites:
         print(f"{prog}: install the prerequisites first (README, Quickstart): "

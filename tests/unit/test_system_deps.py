@@ -99,3 +99,14 @@ def test_make_test_and_ci_run_the_same_step_before_the_tests() -> None:
     assert "-m devstack.system_deps" in ci and ci.rstrip().endswith("exec make test")
     # Nothing else in .ci/run installs packages: the logic lives in one place.
     assert "apt-get" not in ci
+
+
+def test_the_demo_asks_only_for_what_it_runs() -> None:
+    p = plan(FRESH, demo_only=True)
+    assert p.names == ["postgresql-15", "make", "python3.11-venv"]
+
+
+def test_make_demo_runs_the_step_for_the_demo_first() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ndemo:\n", 1)[1].splitlines()
+    assert recipe[0].strip() == "$(PYTHON) -m devstack.system_deps --demo"
