@@ -11,6 +11,7 @@ lost in between: a request that arrives while the spool is being replayed joins 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -50,8 +51,14 @@ class Spool:
                 self._keep(path, headers, body)
                 return
         if not _send(target, path, headers, body):
-            with self._lock:
+            with self._lock:  # keep it, and what follows behind it, until the next hand-over
+                self._target = None
                 self._keep(path, headers, body)
+
+    @property
+    def forwarding(self) -> bool:
+        """True once handed over, until a forward fails."""
+        return self._target is not None
 
     def hand_over(self, target: str) -> int:
         """Replay every kept request to ``target`` in order; then forward new ones directly."""
@@ -148,7 +155,10 @@ def run(settings: Settings) -> None:
         log.info("Jaeger is up at %s; %d kept export request(s) handed over",
                  settings.jaeger_query_url, sent)
         while True:  # forward until devstack down stops us (SIGTERM)
-            signal.pause()
+            time.sleep(2)
+            if not spool.forwarding:  # Jaeger refused one: hand the spool over again
+                with contextlib.suppress(OSError):
+                    spool.hand_over(f"http://{HOST}:{settings.jaeger_otlp_http_behind_port}")
     finally:
         server.shutdown()
 

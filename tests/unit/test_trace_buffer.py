@@ -74,7 +74,19 @@ def test_a_failing_receiver_keeps_the_request(tmp_path: Path, receiver: Receiver
     receiver.status = 503
     spool.take("/v1/traces", PROTOBUF, b"kept for later")
     assert [p.name for p in (tmp_path / "spool").glob("*.req")] == ["1.req"]
-    # A receiver that is not there: the hand-over stops and nothing kept is lost.
+    assert not spool.forwarding
+    spool.take("/v1/traces", PROTOBUF, b"behind it")  # queued behind, not sent ahead
+    assert [p.name for p in (tmp_path / "spool").glob("*.req")] == ["1.req", "2.req"]
+    receiver.status = 200
+    spool.hand_over(receiver.url)
+    assert [body for _, _, body in receiver.got][-2:] == [b"kept for later", b"behind it"]
+    assert spool.forwarding and not list((tmp_path / "spool").glob("*.req"))
+
+
+def test_a_hand_over_to_nobody_loses_nothing(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.take("/v1/traces", PROTOBUF, b"kept")
     with pytest.raises(OSError):
-        Spool(tmp_path / "spool").hand_over("http://127.0.0.1:9")
+        spool.hand_over("http://127.0.0.1:9")
     assert [p.name for p in (tmp_path / "spool").glob("*.req")] == ["1.req"]
+    assert not spool.forwarding
