@@ -1,8 +1,11 @@
-"""``python -m devstack up|down|status|env|app-env [postgres|kafka|jaeger|pgbouncer|all] [--ha]``.
+"""``python -m devstack COMMAND [postgres|kafka|jaeger|pgbouncer|all] [--ha]``.
+
+Commands: ``up``, ``down``, ``status``, ``install`` (fetch or build only), ``env``, ``app-env``.
 
 ``env`` prints the ``SAGAFLOW_TEST_*`` variables of the test fixtures; ``app-env`` the
 variables that point sagaflow's own processes (coordinator, API, relay) at the local services.
 ``--ha``: a Postgres primary with a synchronous standby and a three-broker Kafka cluster.
+``--jaeger-in-background`` (``make demo``): Jaeger's first build does not hold up the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from devstack import stack
+from devstack import procs, stack
 from devstack.acquire import (
     ENV_JAEGER_OTLP,
     ENV_JAEGER_QUERY,
@@ -25,15 +28,21 @@ from devstack.acquire import (
 from devstack.config import Settings
 from devstack.errors import DevstackError
 from devstack.ha_config import HaSettings
+from devstack.jaeger import Jaeger
 from devstack.pgbouncer import Pgbouncer
+from devstack.requirements import require
+from devstack.service import Service, State
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
-    p.add_argument("command", choices=["up", "down", "status", "env", "app-env"])
+    p.add_argument("command", choices=["up", "down", "status", "install", "env", "app-env"])
     p.add_argument("service", nargs="?", default="all", choices=[*stack.NAMES, "all"])
     p.add_argument("--ha", action="store_true",
                    help="Postgres primary + synchronous standby, three Kafka brokers")
+    p.add_argument("--jaeger-in-background", action="store_true",
+                   help="up: do not wait for Jaeger's first build (minutes); it runs in the "
+                        "background and the spans sent meanwhile are kept for it")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -62,6 +71,24 @@ def app_env(settings: Settings, *, ha: bool = False) -> dict[str, str]:
     }
 
 
+def _install(services: list[stack.Unit]) -> int:
+    """Fetch or build what the services need, starting nothing (``make demo`` runs this for
+    Postgres and Kafka while it installs the virtual environment: standard library only)."""
+    for service in services:
+        if not isinstance(service, Service):
+            print(f"{service.name:<9} FAILED     install takes single services", file=sys.stderr)
+            return 1
+        try:
+            with procs.file_lock(service.settings.home / f".{service.name}.lock"):
+                service.dir.mkdir(parents=True, exist_ok=True)
+                service.install()
+        except DevstackError as exc:
+            print(f"{service.name:<9} FAILED     {exc}", file=sys.stderr)
+            return 1
+        print(f"{service.name:<9} installed")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -78,13 +105,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"export {key}={shlex.quote(value)}")
         return 0
     services = stack.select(settings, args.service, ha=args.ha)
+    if args.command == "install":
+        return _install(services)
+    if args.command != "down":
+        try:
+            require(s.name for s in services)
+        except DevstackError as exc:
+            print(f"devstack: {exc}", file=sys.stderr)
+            return 2
     if args.command == "down":
         services.reverse()
     ok = True
     for service in services:
         started = time.monotonic()
         try:
-            if args.command == "up":
+            if args.command == "up" and args.jaeger_in_background and isinstance(service, Jaeger):
+                status = service.up_in_background()
+            elif args.command == "up":
                 status = service.up()
             elif args.command == "down":
                 status = service.down()
@@ -96,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         took = time.monotonic() - started
         print(status.line() + (f" ({took:.1f}s)" if args.command != "status" else ""))
-        if args.command == "up" and not status.usable:
+        if args.command == "up" and not status.usable and status.state is not State.BUILDING:
             ok = False
     return 0 if ok else 1
 

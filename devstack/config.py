@@ -25,6 +25,8 @@ PORT_DEFAULTS: dict[str, int] = {
     "SAGAFLOW_JAEGER_OTLP_HTTP_PORT": 4318,
     "SAGAFLOW_JAEGER_QUERY_PORT": 16686,
     "SAGAFLOW_JAEGER_QUERY_GRPC_PORT": 16685,
+    # Jaeger's own OTLP/HTTP receiver while devstack.trace_buffer holds the usual port
+    "SAGAFLOW_JAEGER_OTLP_HTTP_BEHIND_PORT": 14318,
 }
 
 
@@ -46,6 +48,7 @@ class Settings:
     jaeger_otlp_http_port: int = 4318
     jaeger_query_port: int = 16686
     jaeger_query_grpc_port: int = 16685
+    jaeger_otlp_http_behind_port: int = 14318
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -61,6 +64,7 @@ class Settings:
             jaeger_otlp_http_port=ports["SAGAFLOW_JAEGER_OTLP_HTTP_PORT"],
             jaeger_query_port=ports["SAGAFLOW_JAEGER_QUERY_PORT"],
             jaeger_query_grpc_port=ports["SAGAFLOW_JAEGER_QUERY_GRPC_PORT"],
+            jaeger_otlp_http_behind_port=ports["SAGAFLOW_JAEGER_OTLP_HTTP_BEHIND_PORT"],
         )
 
     @property

@@ -1,4 +1,8 @@
-"""The Jaeger v2 all-in-one (in-memory storage), built from its Go module with ``go build``."""
+"""The Jaeger v2 all-in-one (in-memory storage), built from its Go module with ``go build``.
+
+``up()`` builds it (minutes the first time) and waits; ``up_in_background()`` returns at once
+and leaves the build to :mod:`devstack.trace_buffer`, which keeps the spans sent meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,15 @@ import hashlib
 import logging
 import os
 import shutil
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from devstack import procs
-from devstack.config import HOST, RESOURCES
+from devstack.config import HOST, REPO_ROOT, RESOURCES
 from devstack.errors import ServiceError
-from devstack.service import Service
+from devstack.service import Service, State, Status
 
 JAEGER_PACKAGE = "github.com/jaegertracing/jaeger/cmd/jaeger"
 TOOL_MODULE = RESOURCES / "jaeger"  # go.mod/go.sum pinning the Jaeger version
@@ -89,8 +94,66 @@ class Jaeger(Service):
             s.jaeger_query_grpc_port,
         ]
 
+    @property
+    def spool_dir(self) -> Path:
+        """Export requests kept while Jaeger is built (devstack.trace_buffer)."""
+        return self.dir / "spool"
+
+    @property
+    def buffer_log(self) -> Path:
+        return self.dir / "trace-buffer.log"
+
     def pid(self) -> int | None:
         return procs.pid_running(self.dir / "jaeger.pid", str(self.config))
+
+    def buffer_pid(self) -> int | None:
+        """The background builder and span keeper, while it runs."""
+        return procs.pid_running(self.dir / "trace-buffer.pid", "devstack.trace_buffer")
+
+    def status(self) -> Status:
+        buffer = self.buffer_pid()
+        if buffer is not None and self.pid() is None:
+            return Status(name=self.name, state=State.BUILDING, address=self.address,
+                          pid=buffer, log_file=self.buffer_log)
+        return super().status()
+
+    def up_in_background(self) -> Status:
+        """Start Jaeger if it is built; else build it behind a span-keeping port, not waiting."""
+        if self.buffer_pid() is not None:
+            return self.status()
+        if self.binary().is_file():
+            return self.up()
+        with procs.file_lock(self.settings.home / f".{self.name}.lock"):
+            if any(procs.port_open(p) for p in self.ports()):
+                return self.status()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            log.info("building Jaeger in the background (log: %s); spans sent meanwhile are "
+                     "kept and handed over once it is up", self.buffer_log)
+            procs.spawn_detached(
+                [sys.executable, "-m", "devstack.trace_buffer"],
+                pid_file=self.dir / "trace-buffer.pid", log_file=self.buffer_log,
+                cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            procs.wait_until(lambda: procs.port_open(self.settings.jaeger_otlp_http_port),
+                             timeout=30, what="the span keeper's port",
+                             alive=lambda: self.buffer_pid() is not None,
+                             log_file=self.buffer_log)
+            return self.status()
+
+    def up(self) -> Status:
+        """Start Jaeger and wait; a background build under way is waited for, not repeated."""
+        if self.buffer_pid() is not None:
+            procs.wait_until(self.healthy, timeout=1800, what="jaeger's background build",
+                             alive=lambda: self.buffer_pid() is not None,
+                             log_file=self.buffer_log)
+            return self.status()
+        return super().up()
+
+    def down(self) -> Status:
+        status = super().down()
+        if (buffer := self.buffer_pid()) is not None:
+            log.info("stopping the span keeper (pid %d)", buffer)
+            procs.terminate(buffer, timeout=20)
+        return self.status() if buffer is not None else status
 
     def healthy(self) -> bool:
         if not procs.port_open(self.settings.jaeger_otlp_http_port):
@@ -112,14 +175,19 @@ class Jaeger(Service):
 
     def install(self) -> None:
         build_binary(self.binary())
+        self.write_config(otlp_http=self.settings.jaeger_otlp_http_port)
+
+    def write_config(self, *, otlp_http: int) -> None:
+        """Jaeger's config, its OTLP/HTTP receiver on ``otlp_http``."""
         s = self.settings
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.config.write_text(
             CONFIG.format(
                 host=HOST,
                 query=s.jaeger_query_port,
                 query_grpc=s.jaeger_query_grpc_port,
                 otlp_grpc=s.jaeger_otlp_grpc_port,
-                otlp_http=s.jaeger_otlp_http_port,
+                otlp_http=otlp_http,
             )
         )
 

@@ -14,7 +14,7 @@ from devstack.errors import ServiceError
 from devstack.service import Service
 
 OS_USER = "postgres"  # Postgres refuses to run as root
-#: A realistic server for a million sagas (README "Sizing Postgres"): shared_buffers that hold
+#: A realistic server for a million sagas (docs/running-in-production.md): shared_buffers that hold
 #: the indexes a burst of changes touches (with 256MB: 2.7x the block reads of 1GB and
 #: 357,000 dirty pages written by the backends themselves for 100,000 fired timers), and
 #: enough WAL between checkpoints that such a burst triggers none (1GB: three in 25 s, each

@@ -21,6 +21,7 @@ class State(StrEnum):
     UNHEALTHY = "unhealthy"  # our process is alive but does not answer yet
     EXTERNAL = "external"  # healthy, but served by a process devstack did not start here
     PORT_BUSY = "port-busy"  # not ours, not healthy, yet a port is taken
+    BUILDING = "building"  # being built in the background; its port already takes requests
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,8 @@ import secrets
 import signal
 import socket
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,33 @@ def _api_command(coordinator_dsn: str, service_dsns: dict[str, str], prefix: str
     return [sys.executable, "-m", "coordinator", "api"], env
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/services", timeout=3) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+async def _announce_trace_view(query: str) -> None:
+    """Say where the traces are, or that Jaeger is still being built and when it is ready.
+
+    Until then devstack's span keeper holds Jaeger's OTLP port and keeps every span sent.
+    """
+    view = f"{query}/search?service=sagaflow-demo"
+    if await asyncio.to_thread(_answers, query):
+        print(f"   traces: {view}")
+        return
+    print("   traces: Jaeger is still being built in the background (the first run only); "
+          "the spans sent meanwhile are kept, and this says when the trace view is ready")
+    while True:
+        await asyncio.sleep(2)
+        if await asyncio.to_thread(_answers, query):
+            break
+    print(f"\n== the trace view is ready: {view} (every span sent meanwhile included)",
+          flush=True)
+
+
 async def _until_interrupted() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -221,7 +250,13 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
             print(f"\n== the operator console is up: http://127.0.0.1:{port}/ui/")
             print(f"   sign in with token {operator} (operator) or {viewer} (viewer)")
             print(f"   API docs: http://127.0.0.1:{port}/docs  ·  Ctrl-C stops everything")
+            query = (os.environ.get("SAGAFLOW_JAEGER_QUERY")
+                     or os.environ.get("SAGAFLOW_TEST_JAEGER_QUERY"))
+            announcer = (asyncio.create_task(_announce_trace_view(query))
+                         if telemetry and query else None)
             await _until_interrupted()
+            if announcer is not None:
+                announcer.cancel()
     if provider is not None:
         provider.shutdown()
     print("\nDone. Logs are in", HOME / "demo")

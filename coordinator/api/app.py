@@ -48,6 +48,10 @@ JWT from the team's identity provider) or `X-API-Key`; `viewer` reads,
 are for every signed-in person: the engine decides who may claim and complete. Errors share
 one body:
 `{"error": {"code", "message", "details"}}`.
+
+Guides and reference (running your own saga, the saga language, operating, deploying, every
+setting) are on the documentation site: `make docs` serves it from a checkout at
+[http://127.0.0.1:8000/](http://127.0.0.1:8000/); its pages are the repository's `docs/`.
 """
 
 

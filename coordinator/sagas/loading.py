@@ -38,15 +38,20 @@ def import_saga(spec: str) -> type[Saga]:
 
 
 def _path_hint(module_name: str, exc: ImportError) -> str:
-    """Why a package sitting in the current folder is not found: console scripts
-    (``sagaflow-coordinator``) do not search it, ``python -m`` does."""
+    """Where the module must be: importable by this Python, so on ``PYTHONPATH`` or installed.
+
+    A package in the current folder gets its own hint: console scripts
+    (``sagaflow-coordinator``) do not search the current folder, ``python -m`` does."""
     top = module_name.split(".")[0]
-    here = Path.cwd()
-    if not (isinstance(exc, ModuleNotFoundError) and exc.name == top
-            and ((here / top).is_dir() or (here / f"{top}.py").is_file())):
+    if not (isinstance(exc, ModuleNotFoundError) and exc.name == top):
         return ""
-    return (f" ({top!r} is in the current folder, which a console script does not search: "
-            "set PYTHONPATH=. or run python -m coordinator)")
+    here = Path.cwd()
+    if (here / top).is_dir() or (here / f"{top}.py").is_file():
+        return (f" ({top!r} is in the current folder, which a console script does not search: "
+                "set PYTHONPATH=. or run python -m coordinator)")
+    return (f" (every process that registers the saga, the worker, the API and `topics`, must "
+            f"import it: install the package that holds {top!r}, or add the folder that "
+            f"holds it to PYTHONPATH)")
 
 
 def build_registry(specs: Iterable[str | type[Saga]], *, topic_prefix: str) -> Any:

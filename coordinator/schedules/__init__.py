@@ -1,6 +1,6 @@
 """Schedules: start sagas on cron expressions, intervals and one-shot times, exactly once
 across any number of coordinator replicas, with overlap and catch-up policies and business
-calendars (see the README's "Schedules" section)."""
+calendars (see docs/saga-language.md, "Schedules")."""
 
 from coordinator.language.calendars import BusinessCalendar, add_business_days
 from coordinator.schedules.declared import (

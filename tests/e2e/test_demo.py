@@ -82,7 +82,7 @@ def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
     assert carriers["carrier_b"][won] == [("booked",), ("cancelled",)]  # the loser undone
     assert carriers["carrier_a"][lost] == carriers["carrier_b"][lost] == []  # never asked
 
-    # The trace the README shows: one trace from the demo's start call through the
+    # The trace docs/observability.md shows: one trace from the demo's start call through the
     # coordinator to the participants, read back from Jaeger.
     services = _trace_services(jaeger_query, won)
     assert {"sagaflow-demo", "payments", "inventory", "carrier_a"} <= services, services

@@ -2,7 +2,7 @@
 sign in, find a saga, open it, repair it, see the result; a viewer sees no repair buttons and
 a forged POST is refused.
 
-Screenshots go to ``$SAGAFLOW_SCREENSHOTS`` (the README's come from
+Screenshots go to ``$SAGAFLOW_SCREENSHOTS`` (the docs' come from
 ``SAGAFLOW_SCREENSHOTS=docs/screenshots``), else to the test's temporary directory.
 """
 

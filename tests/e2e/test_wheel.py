@@ -1,5 +1,7 @@
-"""The wheel as a user installs it: built from this tree, installed without extras in a clean
-venv (outside the source tree), every console script answering ``--help`` and ``--version``."""
+"""The wheel as a user installs it: built from this tree, installed the way the README says (no
+constraints file) in a clean venv outside the source tree, with the pip a new Python 3.11 venv
+ships and with the newest pip, every extra; every console script answering ``--help`` and
+``--version``."""
 
 from __future__ import annotations
 
@@ -26,28 +28,68 @@ def _run(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complet
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the wheel, the clean venv's bin directory) with the wheel installed, no extras."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of this tree."""
     work = tmp_path_factory.mktemp("wheel")
     # A copy without build/ and *.egg-info: setuptools puts whatever an earlier build left in
     # build/lib into the wheel, so building in the tree could pass or fail for stale reasons.
     source = work / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".local", ".cache", "build", "dist", "*.egg-info", "__pycache__",
-        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "results",
+        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "results", ".site",
         ".constraints-venv"))
     built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work),
                   str(source)], cwd=work)
     assert built.returncode == 0, built.stderr
-    (wheel,) = work.glob("*.whl")
+    (built_wheel,) = work.glob("*.whl")
+    return built_wheel
+
+
+def _venv(work: Path, *, newest_pip: bool) -> Path:
+    """A new venv's bin directory, with the pip ``python3.11 -m venv`` bundles or the newest."""
     venv = work / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)], cwd=work)
     assert made.returncode == 0, made.stderr
-    pip = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"), str(wheel)],
-               cwd=work)
-    assert pip.returncode == 0, pip.stderr
-    return wheel, venv / "bin"
+    if newest_pip:
+        upgraded = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                         "--disable-pip-version-check", "--upgrade", "pip"], cwd=work)
+        assert upgraded.returncode == 0, upgraded.stderr
+    return venv / "bin"
+
+
+def _install(bin_dir: Path, requirement: str) -> None:
+    """``pip install <requirement>`` as the README says: no constraints file."""
+    pip = _run([str(bin_dir / "python"), "-m", "pip", "install", "-q",
+                "--disable-pip-version-check", requirement], cwd=bin_dir)
+    assert pip.returncode == 0, f"pip install {requirement}:\n{pip.stderr[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the wheel, the clean venv's bin directory) with the wheel installed, no extras."""
+    bin_dir = _venv(tmp_path_factory.mktemp("base"), newest_pip=False)
+    _install(bin_dir, str(wheel))
+    return wheel, bin_dir
+
+
+@pytest.mark.parametrize("newest_pip", [False, True], ids=["bundled-pip", "newest-pip"])
+def test_every_extra_installs_without_constraints(
+        wheel: Path, tmp_path_factory: pytest.TempPathFactory, newest_pip: bool) -> None:
+    # The bundled pip (23.2 with Python 3.11) once backtracked the OpenTelemetry
+    # instrumentations into a ResolutionImpossible; the lower bounds keep it from doing so.
+    bin_dir = _venv(tmp_path_factory.mktemp("extras"), newest_pip=newest_pip)
+    if not newest_pip:  # really the pip that ensurepip bundles, not one upgraded since
+        pip = _run([str(bin_dir / "python"), "-m", "pip", "--version"], cwd=bin_dir)
+        bundled = _run([str(bin_dir / "python"), "-c",
+                        "import ensurepip; print(ensurepip.version())"], cwd=bin_dir)
+        assert pip.stdout.split()[1] == bundled.stdout.strip(), pip.stdout
+    _install(bin_dir, f"{wheel}[coordinator,all,dev]")
+    probe = _run([str(bin_dir / "python"), "-c",
+                  "import coordinator.api, coordinator.ui, fastapi, pytest, mkdocs"],
+                 cwd=bin_dir, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    check = _run([str(bin_dir / "python"), "-m", "pip", "check"], cwd=bin_dir, timeout=120)
+    assert check.returncode == 0, check.stdout
 
 
 def _scripts(wheel: Path) -> dict[str, str]:

@@ -36,7 +36,7 @@ from tests.integration.test_worker_support import create_topics
 
 pytestmark = pytest.mark.integration
 
-#: What the README tells a team to run, per example service.
+#: What the docs (participants.md) tell a team to run, per example service.
 EXAMPLES = {
     "payments": ["--action", "charge:tcc", "--payload",
                  'charge={"customer": "conformance", "amount": 100}'],

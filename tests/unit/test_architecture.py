@@ -15,7 +15,7 @@ CONTRACT_ROOTS = (*PACKAGES, "bench")
 def lint_imports(where: Path) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` on the packages in ``where`` (it puts that folder first on the path)."""
     return subprocess.run(
-        [str(Path(sys.executable).with_name("lint-imports")), "--config",
+        [str(Path(sys.executable).with_name("lint-imports")),
          str(ROOT / "architecture.toml"), "--no-cache"],
         cwd=where, capture_output=True, text=True, timeout=240, check=False)
 

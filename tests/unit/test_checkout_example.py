@@ -1,4 +1,4 @@
-"""The checkout example: the README's diagram is the real one; the carriers start or say why not."""
+"""The checkout example: the docs draw the real diagram; the carriers start or say why not."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from examples.services.carriers import DELAY_ENV, CarrierA, CarrierB, carrier_fr
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_shows_the_checkout_diagram_the_coordinator_draws() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_show_the_checkout_diagram_the_coordinator_draws() -> None:
+    readme = (ROOT / "docs" / "saga-language.md").read_text()
     section = readme.split("## A tree-shaped saga: checkout", 1)[1].split("\n## ", 1)[0]
     drawn = re.search(r"```mermaid\n(.*?)\n```", section, re.S)
     assert drawn is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import coordinator.runtime.worker as worker_pkg
@@ -106,3 +108,15 @@ def test_cli_parses_every_verb() -> None:
     args = parser.parse_args(["compact", "--min-events", "5", "--archive"])
     assert args.min_events == 5 and args.archive and args.saga_id == []
     assert parser.parse_args(["migrate", "--dsn", "postgresql://x"]).dsn == "postgresql://x"
+
+
+def test_a_saga_module_not_found_names_pythonpath(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SagaImportError) as elsewhere:
+        import_saga("shop_sagas_nowhere.orders:OrderSaga")
+    assert "add the folder that holds it to PYTHONPATH" in str(elsewhere.value)
+    (tmp_path / "shop_sagas_here").mkdir()
+    with pytest.raises(SagaImportError) as here:
+        import_saga("shop_sagas_here.orders:OrderSaga")
+    assert "is in the current folder" in str(here.value) and "PYTHONPATH=." in str(here.value)

@@ -41,7 +41,9 @@ def render() -> str:
                   inspect.cleandoc(module.__doc__ or ""), "",
                   "```python",
                   f"from coordinator.sagas.patterns import {pattern.factory.__name__}",
-                  f"{pattern.factory.__name__}{inspect.signature(pattern.factory, eval_str=True)}",
+                  # a comment, so that the block runs as it stands (the docs' blocks all do)
+                  f"# {pattern.factory.__name__}"
+                  f"{inspect.signature(pattern.factory, eval_str=True)}",
                   "```", "",
                   "```mermaid", mermaid(compile_saga(cls)).rstrip("\n"), "```", "",
                   "Changes:", ""]

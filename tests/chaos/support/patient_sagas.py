@@ -4,7 +4,7 @@ Two thousand sagas in flight on two cores wait tens of seconds in the participan
 With the examples' 10 s deadlines most tries time out, are re-sent (adding to the queue) and
 finally roll back: the scenario then measures a congestion collapse, not the failover. The
 same shapes (linear, parallel, a child saga) with the same names, retries and effects, only
-patient, as the README's failover section advises for a stack under such load.
+patient, as docs/failover.md advises for a stack under such load.
 """
 
 from __future__ import annotations
