@@ -19,6 +19,7 @@ from outbox_relay.relay import Relay
 from outbox_relay.settings import RelaySettings
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.probes import ProbeServer, tasks_alive
+from participant_sdk.startup import open_with_retry, postgres_answers
 from participant_sdk.startup_errors import SettingsError, load_settings, run_cli
 from participant_sdk.stopping import StopSignals, until_stopped
 from participant_sdk.telemetry import configure as configure_telemetry
@@ -39,7 +40,7 @@ async def run(settings: RelaySettings) -> None:
         if probes is not None:
             await probes.start(settings.metrics_port or 0, settings.metrics_addr)
         try:
-            began, _ = await until_stopped(relay.start(), stop)
+            began, _ = await until_stopped(_start(relay, settings), stop)
             if not began:
                 log.info("relay %s stopped while starting", relay.name)
                 await relay.stop()
@@ -58,6 +59,12 @@ async def run(settings: RelaySettings) -> None:
         finally:
             if probes is not None:
                 await probes.stop()
+
+
+async def _start(relay: Relay, settings: RelaySettings) -> None:
+    """Postgres first (the loop would retry it forever), then Kafka and the loop."""
+    await open_with_retry(lambda: postgres_answers(settings.postgres_dsn), what="Postgres")
+    await relay.start()
 
 
 def _probes(settings: RelaySettings, registry: CollectorRegistry,

@@ -29,7 +29,8 @@ from participant_sdk.durations import Duration
 from participant_sdk.errors import is_transient
 from participant_sdk.startup_errors import ServiceUnavailable, load_settings
 
-__all__ = ["STARTUP_TIMEOUT", "StartupSettings", "is_unavailable", "open_with_retry", "started"]
+__all__ = ["STARTUP_TIMEOUT", "StartupSettings", "is_unavailable", "open_with_retry",
+           "postgres_answers", "started"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,13 @@ async def open_with_retry(
         raise ServiceUnavailable(what, str(exc) or type(exc).__name__,
                                  give_up_after.total_seconds()) from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def postgres_answers(dsn: str) -> None:
+    """Connect once and close: a start-up check for a process whose own connections open
+    later (so a wrong login or a missing database ends its start-up with one line)."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    await conn.close()
 
 
 class _Startable(Protocol):

@@ -7,13 +7,12 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-import asyncpg
 import uvicorn
 
 from coordinator.api.app import create_app
 from coordinator.api.settings import ApiSettings
 from coordinator.sagas.loading import build_registry
-from participant_sdk.startup import open_with_retry
+from participant_sdk.startup import open_with_retry, postgres_answers
 from participant_sdk.stopping import StopSignals, until_stopped
 
 __all__ = ["serve"]
@@ -31,11 +30,6 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-async def _database_answers(dsn: str) -> None:
-    conn = await asyncpg.connect(dsn, timeout=10)
-    await conn.close()
 
 
 async def serve(settings: ApiSettings) -> None:
@@ -59,7 +53,7 @@ async def serve(settings: ApiSettings) -> None:
 
     with StopSignals(request_stop):
         ready, _ = await until_stopped(
-            open_with_retry(lambda: _database_answers(settings.dsn), what="Postgres"), stop)
+            open_with_retry(lambda: postgres_answers(settings.dsn), what="Postgres"), stop)
         if not ready:
             log.info("stopped while waiting for Postgres")
             return

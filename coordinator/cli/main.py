@@ -75,8 +75,10 @@ def _user_error(exc: BaseException) -> StartupError | None:
                             f"'{DISTRIBUTION}[coordinator]' (missing module {exc.name!r})")
     if isinstance(exc, _loaded("coordinator.api.auth", "AuthConfigError")):
         return StartupError(f"SAGAFLOW_API_TOKENS / SAGAFLOW_API_TOKENS_FILE: {exc}")
+    if isinstance(exc, _loaded("coordinator.sagas.loading", "SagaImportError")):
+        hint = "" if "SAGAFLOW_SAGAS" in str(exc) else " (check --saga / SAGAFLOW_SAGAS)"
+        return StartupError(f"{exc}{hint}")
     known = (_loaded("coordinator.store.errors", "StoreError"),
-             _loaded("coordinator.sagas.loading", "SagaImportError"),
              _loaded("coordinator.schedules.errors", "ScheduleError"))
     if isinstance(exc, known):
         return StartupError(str(exc))

@@ -33,6 +33,7 @@ from examples.stack import drop_database
 from participant_sdk.conformance.wire import KitWire
 from participant_sdk.protocol import CommandEnvelope, Phase
 from tests.chaos.conftest import MakeStack
+from tests.chaos.support.proxy import TcpProxy
 from tests.chaos.support.services import free_port
 from tests.chaos.support.stack import ROOT, ChaosStack
 
@@ -143,8 +144,7 @@ async def test_stop_while_postgres_is_unreachable(stack: ChaosStack, tmp_path: P
     env[DB_VAR[kind]] = pg_address(env[DB_VAR[kind]], closed())
     log = tmp_path / f"{kind}.log"
     proc = spawn(argv, env, log)
-    # The relay starts with Kafka and retries Postgres in its loop; the others retry start-up.
-    await wait_for_log(log, "transient postgres failure" if kind == "relay" else RETRYING, proc)
+    await wait_for_log(log, RETRYING, proc)
     await asyncio.sleep(1.5)  # into a backoff sleep, not just past the first attempt
     print(f"{kind} stopped {await stop(proc, sig, log):.2f}s after {sig.name} while retrying")
 
@@ -171,6 +171,29 @@ async def test_stop_while_running(stack: ChaosStack, tmp_path: Path, kind: str,
     await wait_for_log(log, SERVING[kind], proc)
     await asyncio.sleep(1.0)
     print(f"{kind} stopped {await stop(proc, sig, log):.2f}s after {sig.name} while running")
+
+
+LOST = {"worker": "firing timers failed", "relay": "transient postgres failure"}
+
+
+@pytest.mark.parametrize("kind", ["worker", "relay"])
+async def test_stop_while_retrying_a_lost_database(make_stack: MakeStack, pg_url: str,
+                                                   tmp_path: Path, kind: str) -> None:
+    host, port = pg_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    async with TcpProxy(host, int(port)) as proxy:
+        stack = await make_stack(sagas=(SAGA,),
+                                 proc_pg_url=f"postgresql://postgres@127.0.0.1:{proxy.port}/x")
+        argv, env = argv_of(kind, stack)
+        if kind == "worker":
+            env["SAGAFLOW_TIMER_MAX_IDLE"] = "0.2"  # so that it queries, and finds it gone
+        log = tmp_path / f"{kind}.log"
+        proc = spawn(argv, env, log)
+        await wait_for_log(log, SERVING[kind], proc)
+        proxy.refuse(3600)
+        await wait_for_log(log, LOST[kind], proc)
+        await asyncio.sleep(1.0)  # into its retry back-off
+        took = await stop(proc, signal.SIGTERM, log)
+    print(f"{kind} stopped {took:.2f}s after SIGTERM while its database was gone")
 
 
 async def hold(dsn: str, table: str) -> asyncpg.Connection:
