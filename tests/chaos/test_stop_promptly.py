@@ -136,7 +136,7 @@ def pg_address(dsn: str, address: str) -> str:
     return f"{scheme}://{creds}@{address}/{tail_.split('/', 1)[1]}"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("kind", ["worker", "relay", "participant", "api"])
 async def test_stop_while_postgres_is_unreachable(stack: ChaosStack, tmp_path: Path, kind: str,
                                                   sig: signal.Signals) -> None:
@@ -161,7 +161,7 @@ async def test_stop_while_kafka_is_unreachable(stack: ChaosStack, tmp_path: Path
     print(f"{kind} stopped {await stop(proc, signal.SIGTERM, log):.2f}s while Kafka was down")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("kind", ["worker", "relay", "participant", "api"])
 async def test_stop_while_running(stack: ChaosStack, tmp_path: Path, kind: str,
                                   sig: signal.Signals) -> None:
