@@ -78,7 +78,7 @@ class StopSignals:
 
     def _on_signal(self, sig: int) -> None:
         if self.signalled:  # a second signal: no more patience
-            self._cancel()
+            self._cancel("a second signal")
             return
         self.signalled = True
         # The heap lives until the process ends: spare the interpreter's final collection of
@@ -88,15 +88,14 @@ class StopSignals:
                  self._deadline)
         self._request_stop()
         assert self._loop is not None
-        self._loop.call_later(self._grace, self._cancel)
+        self._loop.call_later(self._grace, self._cancel, f"still stopping after {self._grace}s")
         watchdog = threading.Timer(self._deadline, self._exit_now)
         watchdog.daemon = True
         watchdog.start()
 
-    def _cancel(self) -> None:
+    def _cancel(self, why: str) -> None:
         if self._task is not None and not self._task.done():
-            log.warning("still stopping after %.1fs: abandoning the work in flight (it will be "
-                        "redelivered)", self._grace)
+            log.warning("%s: abandoning the work in flight (it will be redelivered)", why)
             self._task.cancel()
 
     def _exit_now(self) -> None:
@@ -112,8 +111,8 @@ async def until_stopped(work: Awaitable[T], stop: asyncio.Event) -> tuple[bool, 
     Returns ``(True, result)`` when the work finished, ``(False, None)`` when stopped.
     """
     if stop.is_set():
-        with contextlib.suppress(TypeError):
-            work.close()  # type: ignore[attr-defined]  # a coroutine never awaited
+        if asyncio.iscoroutine(work):
+            work.close()  # never awaited: no "coroutine was never awaited" warning
         return False, None
     task = asyncio.ensure_future(work)
     stopper = asyncio.create_task(stop.wait())
