@@ -19,12 +19,12 @@ import argparse
 import asyncio
 import os
 import secrets
-import signal
 import socket
 import sys
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,11 @@ from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
 from coordinator.store.queries import list_children
 from examples.stack import CARRIERS, SAGAS, SERVICES, fresh_database, processes, stack_commands
+from participant_sdk.stopping import StopSignals
 from participant_sdk.telemetry import configure as configure_telemetry
 
+#: How long the demo lets its processes stop by themselves before killing them.
+CHILDREN_GRACE = 1.5
 HOME = Path(os.environ.get("SAGAFLOW_DEVSTACK_HOME", Path(__file__).parents[1] / ".local"))
 
 ORDERS = {
@@ -188,19 +191,18 @@ async def _announce_trace_view(query: str) -> None:
           flush=True)
 
 
-async def _until_interrupted() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+def database_names(prefix: str = "") -> dict[str, str]:
+    """The demo's databases by role (``coordinator``, then each participant)."""
+    return {"coordinator": f"{prefix}sagaflow_demo",
+            **{name: f"{prefix}demo_{name}" for name in (*SERVICES, *CARRIERS)}}
 
 
-async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080) -> None:
+async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080,
+              database_prefix: str = "") -> None:
     prefix = f"demo{uuid.uuid4().hex[:6]}"
-    coordinator_dsn = await fresh_database(postgres, "sagaflow_demo")
-    dsns = {name: await fresh_database(postgres, f"demo_{name}")
-            for name in (*SERVICES, *CARRIERS)}
+    names = database_names(database_prefix)
+    coordinator_dsn = await fresh_database(postgres, names.pop("coordinator"))
+    dsns = {role: await fresh_database(postgres, name) for role, name in names.items()}
     conn = await asyncpg.connect(coordinator_dsn)
     try:
         await migrate(conn)
@@ -228,7 +230,7 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
     tracer = trace.get_tracer("examples.demo")
     print(f"== starting the stack (topics {prefix}.*)")
     registry = build_registry(SAGAS, topic_prefix=prefix)
-    with processes(commands, HOME / "demo"):
+    with processes(commands, HOME / "demo", grace=CHILDREN_GRACE):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
             # Hint the relay after each start, as the API does (an idle relay waits for it).
             waker = await start_relay_waker(store, CoordinatorSettings(dsn=coordinator_dsn))
@@ -254,9 +256,11 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080)
                      or os.environ.get("SAGAFLOW_TEST_JAEGER_QUERY"))
             announcer = (asyncio.create_task(_announce_trace_view(query))
                          if telemetry and query else None)
-            await _until_interrupted()
-            if announcer is not None:
-                announcer.cancel()
+            try:
+                await asyncio.Event().wait()  # until a signal cancels the demo (see main)
+            finally:
+                if announcer is not None:
+                    announcer.cancel()
     if provider is not None:
         provider.shutdown()
     print("\nDone. Logs are in", HOME / "demo")
@@ -272,9 +276,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after the report instead of serving the UI until Ctrl-C")
     parser.add_argument("--port", type=int, default=8080,
                         help="the UI's port (another free one if it is taken)")
+    parser.add_argument("--database-prefix", default="",
+                        help="prefix of the demo's database names (they are dropped and made "
+                        "afresh at each run)")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.postgres, args.kafka, once=args.once, port=args.port))
+    try:
+        asyncio.run(_stoppable(run(args.postgres, args.kafka, once=args.once, port=args.port,
+                                   database_prefix=args.database_prefix)))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print("\nStopped. Logs are in", HOME / "demo")
     return 0
+
+
+async def _stoppable(work: Coroutine[Any, Any, None]) -> None:
+    """SIGTERM or Ctrl-C cancels the demo at once, whatever it is doing; leaving
+    ``processes`` then stops every child (each stops within two seconds by itself, and is
+    killed after ``CHILDREN_GRACE``), so the demo ends within two seconds too."""
+    task = asyncio.current_task()
+    assert task is not None
+    with StopSignals(task.cancel, grace=0.1, deadline=1.95):
+        await work
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Callable
 
@@ -20,7 +19,9 @@ from outbox_relay.relay import Relay
 from outbox_relay.settings import RelaySettings
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.probes import ProbeServer, tasks_alive
-from participant_sdk.startup_errors import load_settings, run_cli
+from participant_sdk.startup import open_with_retry, postgres_answers
+from participant_sdk.startup_errors import SettingsError, load_settings, run_cli
+from participant_sdk.stopping import StopSignals, until_stopped
 from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.version import version_line
 
@@ -28,33 +29,42 @@ log = logging.getLogger("outbox_relay")
 
 
 async def run(settings: RelaySettings) -> None:
-    """Run a relay until a signal arrives, then drain the batch in flight and release shards."""
+    """Run a relay until a signal arrives, then drain the batch in flight and release shards
+    (bounded: see :mod:`participant_sdk.stopping`; a signal during start-up ends it at once)."""
     registry = CollectorRegistry()
     relay = Relay(settings, registry=registry)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     waiter: asyncio.Task[None] | None = None
     probes = _probes(settings, registry, lambda: waiter, stop)
-    if probes is not None:
-        await probes.start(settings.metrics_port or 0, settings.metrics_addr)
-    try:
-        await relay.start()
-        log.info("relay %s started", relay.name)
-        waiter = asyncio.create_task(relay.wait(), name="relay")
-        stopper = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            stop.set()
-            log.info("relay %s stopping", relay.name)
-            await relay.stop()
-            waiter.cancel()
-    finally:
+    with StopSignals(stop.set):
         if probes is not None:
-            await probes.stop()
+            await probes.start(settings.metrics_port or 0, settings.metrics_addr)
+        try:
+            began, _ = await until_stopped(_start(relay, settings), stop)
+            if not began:
+                log.info("relay %s stopped while starting", relay.name)
+                await relay.stop()
+                return
+            log.info("relay %s started", relay.name)
+            waiter = asyncio.create_task(relay.wait(), name="relay")
+            stopper = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopper.cancel()
+                stop.set()
+                log.info("relay %s stopping", relay.name)
+                await relay.stop()
+                waiter.cancel()
+        finally:
+            if probes is not None:
+                await probes.stop()
+
+
+async def _start(relay: Relay, settings: RelaySettings) -> None:
+    """Postgres first (the loop would retry it forever), then Kafka and the loop."""
+    await open_with_retry(lambda: postgres_answers(settings.postgres_dsn), what="Postgres")
+    await relay.start()
 
 
 def _probes(settings: RelaySettings, registry: CollectorRegistry,
@@ -98,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         settings = load_settings(RelaySettings)
+        if not settings.postgres_dsn:
+            raise SettingsError("SAGAFLOW_RELAY_POSTGRES_DSN (or SAGAFLOW_DSN) is not set: the "
+                                "database holding the outbox, the coordinator's")
         configure_logging("sagaflow-relay")
         configure_telemetry("sagaflow-relay")
         asyncio.run(run(settings))

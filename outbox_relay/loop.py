@@ -35,7 +35,7 @@ from outbox_relay.publishing import (
 )
 from outbox_relay.settings import RelaySettings
 from outbox_relay.shards import ShardOwnership
-from participant_sdk.startup import started
+from participant_sdk.startup import open_with_retry, started
 
 #: The relay's log lines keep the logger name they had when the relay was one module.
 log = logging.getLogger("outbox_relay.relay")
@@ -83,11 +83,9 @@ class Relay(_Leasing):
         if self._started:
             raise RelayStateError("relay already started")
         self._started = True
-        producer = self._producer_factory(self.settings)
-        async for attempt in self._retrying():
-            with attempt:
-                await producer.start()
-        self._producer = producer
+        # A fresh producer per attempt: a failed start leaves aiokafka's client unusable.
+        self._producer = await open_with_retry(
+            lambda: started(self._producer_factory(self.settings)), what="Kafka")
         self._task = asyncio.create_task(self._run(), name=f"outbox-relay-{self.settings.relay_id}")
 
     async def stop(self) -> None:

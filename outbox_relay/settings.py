@@ -20,9 +20,10 @@ class RelaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SAGAFLOW_RELAY_", frozen=True, extra="ignore")
 
     #: Postgres DSN of the database holding the outbox: the coordinator's database, so the
-    #: coordinator's ``SAGAFLOW_DSN`` is read when the relay's own variable is unset.
+    #: coordinator's ``SAGAFLOW_DSN`` is read when the relay's own variable is unset
+    #: (required: without either, ``sagaflow-relay`` exits at once with exit code 2).
     postgres_dsn: str = Field(
-        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        default="",
         validation_alias=AliasChoices("SAGAFLOW_RELAY_POSTGRES_DSN", "SAGAFLOW_DSN",
                                       "postgres_dsn"),
     )

@@ -15,7 +15,7 @@ import asyncpg
 from participant_sdk.barrier import install_barrier, purge_barrier
 from participant_sdk.dead_letters import install_dead_letters
 from participant_sdk.durations import parse_duration
-from participant_sdk.startup_errors import run_cli
+from participant_sdk.startup_errors import SettingsError, run_cli
 from participant_sdk.version import version_line
 
 
@@ -39,14 +39,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--older-than", type=_age, required=True, help="age such as 7d, 12h, 30m or seconds"
     )
     args = parser.parse_args(argv)
-    if not args.dsn:
-        parser.error("--dsn is required (or set SAGAFLOW_PARTICIPANT_DSN)")
-    return run_cli(lambda: asyncio.run(_run(args)), prog="sagaflow-barrier",
-                   postgres_var="--dsn / SAGAFLOW_PARTICIPANT_DSN")
+
+    def body() -> int:
+        if not args.dsn:
+            raise SettingsError("SAGAFLOW_PARTICIPANT_DSN is not set (or pass --dsn): the "
+                                "participant's Postgres database")
+        return asyncio.run(_run(args))
+
+    return run_cli(body, prog="sagaflow-barrier", postgres_var="--dsn / SAGAFLOW_PARTICIPANT_DSN")
 
 
 async def _run(args: argparse.Namespace) -> int:
-    conn = await asyncpg.connect(args.dsn)
+    conn = await asyncpg.connect(args.dsn, timeout=10)
     try:
         if args.command == "install-barrier":
             await install_barrier(conn)

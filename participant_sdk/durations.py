@@ -15,11 +15,13 @@ from pydantic import BeforeValidator, PlainSerializer
 __all__ = ["Duration", "format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_SIMPLE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+# ASCII: Python's Unicode case folding would read the long s (U+017F) as "s", then find no
+# unit for it; and only ASCII digits and spaces, as the API's schema pattern says.
+_SIMPLE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE | re.ASCII)
 _ISO = re.compile(
     r"^\s*P(?:(?P<d>\d+(?:\.\d+)?)D)?"
     r"(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?\s*$",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 HINT = "use e.g. 250ms, 5s, 5m, 1h, 2d, plain seconds or ISO 8601 PT10S"
 

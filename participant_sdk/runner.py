@@ -40,6 +40,7 @@ from participant_sdk.protocol import (
 from participant_sdk.settings import ParticipantSettings
 from participant_sdk.startup import open_with_retry
 from participant_sdk.startup_errors import load_settings, run_cli
+from participant_sdk.stopping import StopSignals, until_stopped
 from participant_sdk.telemetry import configure as configure_telemetry
 
 log = logging.getLogger(__name__)
@@ -217,26 +218,26 @@ class ParticipantRunner:
         self._stop_requested.set()
 
     async def run(self) -> None:
-        """Serve until SIGTERM/SIGINT or :meth:`request_stop`; re-raise if a loop task died."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        try:
-            stop_wait = asyncio.create_task(self._stop_requested.wait())
-            watched = [*self._tasks, stop_wait]
-            if self._fetcher is not None:
-                watched.append(self._fetcher)
-            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-            failed = [t for t in done if t is not stop_wait and not t.cancelled() and t.exception()]
-        finally:
-            await self.stop()
+        """Serve until SIGTERM/SIGINT or :meth:`request_stop`; re-raise if a loop task died.
+
+        A stop request during start-up ends it at once; a signal bounds the whole stop (see
+        :mod:`participant_sdk.stopping`)."""
+        with StopSignals(self.request_stop):
+            try:
+                began, _ = await until_stopped(self.start(), self._stop_requested)
+                if not began:
+                    log.info("participant %s: stopped while starting", self.name)
+                    return
+                stop_wait = asyncio.create_task(self._stop_requested.wait())
+                watched = [*self._tasks, stop_wait]
+                if self._fetcher is not None:
+                    watched.append(self._fetcher)
+                done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                stop_wait.cancel()
+                failed = [t for t in done
+                          if t is not stop_wait and not t.cancelled() and t.exception()]
+            finally:
+                await self.stop()
         if failed:
             log.error("participant %s: loop task %s died", self.name, failed[0].get_name())
             exc = failed[0].exception()
@@ -373,14 +374,21 @@ def run_participant(
         asyncio.run(main(resolved))
         return 0
 
+    async def prepare(resolved: ParticipantSettings) -> None:
+        assert setup is not None
+        conn = await open_with_retry(lambda: asyncpg.connect(resolved.dsn), what="Postgres")
+        try:
+            await setup(conn)
+        finally:
+            await conn.close()
+
     async def main(resolved: ParticipantSettings) -> None:
-        if setup is not None:
-            conn = await open_with_retry(lambda: asyncpg.connect(resolved.dsn), what="Postgres")
-            try:
-                await setup(conn)
-            finally:
-                await conn.close()
         runner = ParticipantRunner(participant, resolved, metrics=metrics or ParticipantMetrics())
+        if setup is not None:
+            with StopSignals(runner.request_stop):
+                began, _ = await until_stopped(prepare(resolved), runner._stop_requested)
+            if not began:
+                return
         await runner.run()
 
     code = run_cli(body, prog=participant.name, postgres_var="SAGAFLOW_PARTICIPANT_DSN",

@@ -28,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.engine import InvalidTransition
@@ -207,10 +208,23 @@ async def _handle(request: Request, exc: Exception) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         status, body = exc.status_code, _body(code, str(exc.detail))
         headers = dict(exc.headers) if exc.headers else None
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed_methods(request)}
     else:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         status, body = 500, _body("internal_error", "internal error; see the server log")
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on this path: Starlette's 405 names only those of the
+    first route that matched the path, while one path may have several (GET and DELETE)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "\x00"})
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 def install_error_handlers(app: FastAPI) -> None:

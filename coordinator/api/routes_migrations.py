@@ -75,7 +75,7 @@ async def post_migration(body: MigrationRequest, ctx: Ctx, response: Response,
     return job
 
 
-@router.get("/migrations/{job_id}", response_model=MigrationJobOut, summary="A migration job")
+@router.get("/migrations/{job_id:uuid}", response_model=MigrationJobOut, summary="A migration job")
 async def get_migration(job_id: Annotated[UUID, Path()], ctx: Ctx,
                         _: Annotated[Principal, Depends(require(Role.VIEWER))]
                         ) -> MigrationJobOut:

@@ -59,20 +59,33 @@ def _out(record: SagaRecord) -> ResultOut:
                      results=record.state.results(), reason=record.state.reason)
 
 
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"
+_SPACE = r"[ \t\n\r\f\v]*"
+#: Exactly what ``parse_duration`` reads, so that the schema says which waits are valid.
+WAIT_PATTERN = (
+    rf"^{_SPACE}(?:{_NUMBER}{_SPACE}(?:[mM][sS]|[sSmMhHdD])?"
+    rf"|[pP](?:{_NUMBER}[dD](?:[tT](?:{_NUMBER}[hH])?(?:{_NUMBER}[mM])?(?:{_NUMBER}[sS])?)?"
+    rf"|[tT](?:{_NUMBER}[hH](?:{_NUMBER}[mM])?(?:{_NUMBER}[sS])?"
+    rf"|{_NUMBER}[mM](?:{_NUMBER}[sS])?|{_NUMBER}[sS]))){_SPACE}$"
+)
+
+
 @router.get("/sagas/{saga_id}/result", response_model=ResultOut,
             summary="Wait up to `wait` for the saga to finish, then its outcome")
 async def saga_result(
     saga_id: Annotated[UUID, Path(description="The saga's id.")], ctx: Ctx, _: Viewer,
-    wait: Annotated[str, Query(max_length=20, description="How long to wait for the end: "
-                               "`30s`, `500ms`, ISO 8601 (at most 55 s; `0`: answer now).")
+    wait: Annotated[str, Query(max_length=20, pattern=WAIT_PATTERN,
+                               description="How long to wait for the end: `30s`, `500ms`, "
+                               "plain seconds, ISO 8601 `PT30S` (`0`: answer now; a longer "
+                               f"wait than {MAX_WAIT_S:g} s waits {MAX_WAIT_S:g} s).")
                     ] = "0",
 ) -> ResultOut:
     try:
-        seconds = parse_duration(wait).total_seconds()
+        seconds = min(parse_duration(wait).total_seconds(), MAX_WAIT_S)
+    except OverflowError:  # more days than a timedelta holds: the longest wait, then
+        seconds = MAX_WAIT_S
     except ValueError as exc:
         raise BadRequest(f"wait: {exc}", code="invalid_wait") from exc
-    if not 0 <= seconds <= MAX_WAIT_S:
-        raise BadRequest(f"wait must be from 0 to {MAX_WAIT_S:g}s", code="invalid_wait")
     deadline, pause = time.monotonic() + seconds, _FIRST_PAUSE
     async with _hinted(ctx, saga_id) as ended:
         while True:

@@ -38,6 +38,7 @@ def _sections() -> list[tuple[str, str, type[BaseSettings]]]:
     from outbox_relay.settings import RelaySettings
     from participant_sdk.kafka_security import KafkaSecurity
     from participant_sdk.settings import ParticipantSettings
+    from participant_sdk.startup import StartupSettings
 
     return [
         ("Coordinator", "the worker (`sagaflow-coordinator worker`) and the API",
@@ -49,6 +50,8 @@ def _sections() -> list[tuple[str, str, type[BaseSettings]]]:
         ("Participant", "a participant service (`run_participant`)", ParticipantSettings),
         ("Kafka TLS and SASL", "every Kafka client: the worker, the relay, participants and "
          "`sagaflow-coordinator topics`", KafkaSecurity),
+        ("Start-up", "every long-running process: the worker, the API, the relay and "
+         "participants (see [operations](operations.md))", StartupSettings),
     ]
 
 

@@ -18,11 +18,14 @@ from uuid import UUID
 
 from coordinator.config.settings import CoordinatorSettings
 from participant_sdk.logging_config import configure_logging
-from participant_sdk.startup_errors import StartupError, load_settings, run_cli
+from participant_sdk.startup_errors import SettingsError, StartupError, load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
 from participant_sdk.version import DISTRIBUTION, version_line
 
 __all__ = ["main"]
+
+#: One-shot commands (migrate, verify, compact) do not wait for Postgres: they fail at once.
+_CONNECT_TIMEOUT = 10
 
 Verb = Callable[[argparse.Namespace, CoordinatorSettings], Coroutine[Any, Any, int]]
 
@@ -37,7 +40,17 @@ def _settings(args: argparse.Namespace) -> CoordinatorSettings:
         overrides["sagas"] = list(args.saga)
     if getattr(args, "migrate", False):
         overrides["migrate_on_start"] = True
-    return load_settings(CoordinatorSettings, **overrides)
+    settings = load_settings(CoordinatorSettings, **overrides)
+    if args.verb != "topics":  # the one verb that needs no database
+        _require_dsn(settings)
+    return settings
+
+
+def _require_dsn(settings: CoordinatorSettings) -> None:
+    """No DSN is a mistake to say at once, not a reason to retry some default for minutes."""
+    if not settings.dsn:
+        raise SettingsError("SAGAFLOW_DSN is not set (or pass --dsn): the coordinator's "
+                            "Postgres database, e.g. postgresql://user@host:5432/sagaflow")
 
 
 #: Modules of the ``coordinator`` extra: a verb that imports one without it says so.
@@ -64,8 +77,10 @@ def _user_error(exc: BaseException) -> StartupError | None:
         text = str(exc)  # the JWT settings' messages name their variable
         return StartupError(text if text.startswith("SAGAFLOW_") else
                             f"SAGAFLOW_API_TOKENS / SAGAFLOW_API_TOKENS_FILE: {text}")
+    if isinstance(exc, _loaded("coordinator.sagas.loading", "SagaImportError")):
+        hint = "" if "SAGAFLOW_SAGAS" in str(exc) else " (check --saga / SAGAFLOW_SAGAS)"
+        return StartupError(f"{exc}{hint}")
     known = (_loaded("coordinator.store.errors", "StoreError"),
-             _loaded("coordinator.sagas.loading", "SagaImportError"),
              _loaded("coordinator.schedules.errors", "ScheduleError"))
     if isinstance(exc, known):
         return StartupError(str(exc))
@@ -77,7 +92,7 @@ async def cmd_migrate(args: argparse.Namespace, settings: CoordinatorSettings) -
 
     from coordinator.migrations import migrate
 
-    conn = await asyncpg.connect(settings.dsn)
+    conn = await asyncpg.connect(settings.dsn, timeout=_CONNECT_TIMEOUT)
     try:
         applied = await migrate(conn)
     finally:
@@ -113,7 +128,9 @@ async def cmd_api(args: argparse.Namespace, settings: CoordinatorSettings) -> in
     overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
     if args.saga:
         overrides["sagas"] = list(args.saga)
-    await serve(load_settings(ApiSettings, **overrides))
+    api_settings = load_settings(ApiSettings, **overrides)
+    _require_dsn(api_settings)
+    await serve(api_settings)
     return 0
 
 

@@ -29,8 +29,8 @@ class FunctionSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: Postgres DSN of the coordinator's database.
-    dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    #: Postgres DSN of the coordinator's database (required, as for the worker).
+    dsn: str = ""
     #: Prefix of every topic (``<prefix>.replies``, ``<prefix>.<participant>.commands``).
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     #: Saga classes to load, ``module:Class``; from the env as a comma-separated list.

@@ -23,8 +23,10 @@ class CoordinatorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SAGAFLOW_", extra="ignore")
 
-    #: Postgres DSN of the coordinator's database.
-    dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    #: Postgres DSN of the coordinator's database, e.g.
+    #: ``postgresql://user:password@host:5432/sagaflow`` (required: a command that needs the
+    #: database and has none exits at once with exit code 2).
+    dsn: str = ""
     #: Kafka bootstrap servers, comma-separated.
     kafka_bootstrap: str = "127.0.0.1:9092"
     #: TLS and SASL of this process's Kafka clients, from ``SAGAFLOW_KAFKA_*`` (see

@@ -134,8 +134,8 @@ def test_without_extras_the_sdk_imports_and_the_coordinator_names_its_extra(
                  cwd=bin_dir, timeout=60)
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "no fastapi"
-    worker = _run([str(bin_dir / "sagaflow-coordinator"), "worker", "--saga", "x:Y"],
-                  cwd=bin_dir, timeout=60)
+    worker = _run([str(bin_dir / "sagaflow-coordinator"), "worker", "--saga", "x:Y",
+                   "--dsn", "postgresql://nobody@127.0.0.1:1/none"], cwd=bin_dir, timeout=60)
     assert worker.returncode == 2
     assert worker.stderr.strip().splitlines() == [
         "sagaflow-coordinator: error: this command needs the coordinator extra: "

@@ -92,36 +92,77 @@ async def test_concurrent_try_and_cancel_collapse_to_a_legal_outcome(fresh_db: s
     assert won["try"] >= 3 and won["cancel"] >= 3, won
 
 
-async def test_rejected_try_races_cancel_and_duplicates(fresh_db: str) -> None:
+#: The advisory lock key that holds back one side of a race (the database is the test's own).
+HOLD = 4242
+
+
+async def _waiting_for_hold(pool: Any, count: int) -> None:
+    """Wait until ``count`` transactions are blocked on the :data:`HOLD` lock."""
+    for _ in range(500):
+        waiting = await pool.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND objid = $1 AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())", HOLD)
+        if waiting == count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} transactions never waited for the hold")
+
+
+@pytest.mark.parametrize("first", ["try", "cancel"])
+async def test_rejected_try_races_cancel_and_duplicates(fresh_db: str, first: str) -> None:
     """A rejecting try (no savepoint: rolled back whole, refusal recorded in a second
-    transaction) against a concurrent cancel and a duplicate: no effect survives, the cancel
-    is a null compensation, and every try reply is a rejection."""
+    transaction) and its duplicate against a concurrent cancel, in each order in turn: all
+    three are in flight at once, and the side that must lose waits, inside its transaction,
+    on an advisory lock the test holds until the other side is done. Whichever goes first, no
+    effect survives, the cancel is a null compensation and every try reply is a rejection:
+    the handler's own (``business``) when the try went first, the barrier's when the cancel
+    did."""
     pool = await _setup(fresh_db)
     handlers, builder, begin = _wallet(pool)
 
-    kinds = []
-    for _ in range(30):
-        saga = uuid.uuid4()
-        try_cmd = builder.command("hold", Phase.TRY, {"amount": 500}, saga_id=saga, step="s")
-        cancel_cmd = builder.command("hold", Phase.CANCEL, {"amount": 500}, saga_id=saga, step="s")
-        tried, duplicate, cancelled = await asyncio.gather(
-            *(execute(c, participant="wallet", handlers=handlers, begin=begin,
-                      retry=LocalRetry(initial=timedelta(0)))
-              for c in (try_cmd, try_cmd, cancel_cmd))
-        )
-        assert cancelled.reply.outcome is Outcome.OK
-        for reply in (tried.reply, duplicate.reply):
-            assert reply.outcome is Outcome.REJECTED and reply.error is not None
-            assert reply.error.kind.value in {"business", "barrier_refused"}
-            kinds.append(reply.error.kind.value)
-        assert tried.reply.error == duplicate.reply.error  # both answered from one barrier row
-        assert await pool.fetch("SELECT kind FROM effects WHERE saga_id = $1", saga) == []
-        row = await pool.fetchrow(
-            f"SELECT reason, outcome FROM {BARRIER_TABLE}"
-            " WHERE saga_id = $1 AND phase = 'cancel'", saga)
-        assert (row["reason"], row["outcome"]) == ("null_compensation", "ok")
-    await pool.close()
-    print(f"\nrejection kinds {sorted(set(kinds))}")
+    @contextlib.asynccontextmanager
+    async def held() -> AsyncIterator[PgCommandTransaction]:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", HOLD)
+            yield PgCommandTransaction(conn)
+
+    def run(command: Any, *, hold: bool) -> asyncio.Task[Any]:
+        return asyncio.create_task(execute(
+            command, participant="wallet", handlers=handlers, begin=held if hold else begin,
+            retry=LocalRetry(initial=timedelta(0))))
+
+    expected_kind = "business" if first == "try" else "barrier_refused"
+    gate = await pool.acquire()
+    try:
+        for _ in range(5):
+            saga = uuid.uuid4()
+            try_cmd = builder.command("hold", Phase.TRY, {"amount": 500}, saga_id=saga, step="s")
+            cancel_cmd = builder.command("hold", Phase.CANCEL, {"amount": 500}, saga_id=saga,
+                                         step="s")
+            await gate.execute("SELECT pg_advisory_lock($1)", HOLD)
+            tries = [run(try_cmd, hold=first == "cancel") for _ in range(2)]
+            cancel = run(cancel_cmd, hold=first == "try")
+            ahead, behind = (tries, [cancel]) if first == "try" else ([cancel], tries)
+            await _waiting_for_hold(pool, len(behind))
+            await asyncio.gather(*ahead)
+            assert not any(task.done() for task in behind), "the held side did not wait"
+            await gate.execute("SELECT pg_advisory_unlock($1)", HOLD)
+            await asyncio.gather(*behind)
+            tried, duplicate = (task.result() for task in tries)
+            assert cancel.result().reply.outcome is Outcome.OK
+            for reply in (tried.reply, duplicate.reply):
+                assert reply.outcome is Outcome.REJECTED and reply.error is not None
+                assert reply.error.kind.value == expected_kind, reply.error
+            assert tried.reply.error == duplicate.reply.error  # both from one barrier row
+            assert await pool.fetch("SELECT kind FROM effects WHERE saga_id = $1", saga) == []
+            row = await pool.fetchrow(
+                f"SELECT reason, outcome FROM {BARRIER_TABLE}"
+                " WHERE saga_id = $1 AND phase = 'cancel'", saga)
+            assert (row["reason"], row["outcome"]) == ("null_compensation", "ok")
+    finally:
+        await pool.release(gate)
+        await pool.close()
 
 
 async def test_cancel_between_rejection_rollback_and_record_wins(fresh_db: str) -> None:

@@ -104,7 +104,7 @@ async def test_a_wrong_password_is_refused(broker: SecureBroker,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     env = _security_env(broker, "SCRAM-SHA-512", password="wrong")
     refused = await asyncio.to_thread(_topics_cli, env, "--kafka-bootstrap", broker.bootstrap)
-    assert refused.returncode == 2, refused.stderr
+    assert refused.returncode == 4, refused.stderr  # ExitCode.KAFKA
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(("sagaflow-coordinator: error: Kafka refused: ",
                             "sagaflow-coordinator: error: cannot reach Kafka: ")), refused.stderr

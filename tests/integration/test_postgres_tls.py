@@ -136,7 +136,7 @@ def test_the_worker_says_so_in_one_line(tls_server: TlsPostgres, tmp_path: Path)
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "SAGAFLOW_DSN": _untrusted(tls_server, tmp_path),
              "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.returncode == 3, proc.stderr[-2000:]  # ExitCode.POSTGRES
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("sagaflow-coordinator: error: TLS: the server's certificate does "

@@ -17,11 +17,18 @@ from outbox_relay.settings import RelaySettings
 from participant_sdk.durations import format_duration, parse_duration
 from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.settings import ParticipantSettings
-from participant_sdk.startup_errors import SettingsError, explain, load_settings
+from participant_sdk.startup import StartupSettings
+from participant_sdk.startup_errors import (
+    ExitCode,
+    ServiceUnavailable,
+    SettingsError,
+    explain,
+    load_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_SETTINGS = (CoordinatorSettings, ApiSettings, ObservabilitySettings, UiSettings,
-                RelaySettings, ParticipantSettings, KafkaSecurity)
+                RelaySettings, ParticipantSettings, KafkaSecurity, StartupSettings)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -93,12 +100,17 @@ def test_the_relay_reads_the_coordinators_dsn_and_keeps_its_own_first(
 
 def test_unreachable_services_are_explained_with_what_to_set() -> None:
     kafka = explain(KafkaConnectionError("no broker"), postgres_var="A", kafka_var="B")
-    assert kafka is not None and kafka.startswith("cannot reach Kafka") and "set B" in kafka
+    assert kafka is not None and kafka[0].startswith("cannot reach Kafka") and "set B" in kafka[0]
+    assert kafka[1] is ExitCode.KAFKA == 4
     refused = explain(ConnectionRefusedError(111, "Connection refused"), postgres_var="A",
                       kafka_var="B")
-    assert refused is not None and "set A and B" in refused
+    assert refused is not None and "set A" in refused[0] and refused[1] is ExitCode.POSTGRES
+    gave_up = explain(ServiceUnavailable("Kafka", "no broker", 120), postgres_var="A",
+                      kafka_var="B")
+    assert gave_up == ("cannot reach Kafka after 120s: no broker (is it running? check B; "
+                       "SAGAFLOW_STARTUP_TIMEOUT sets how long start-up waits)", ExitCode.KAFKA)
     assert explain(ExceptionGroup("x", [SettingsError("X is not set")]), postgres_var="A",
-                   kafka_var="B") == "X is not set"
+                   kafka_var="B") == ("X is not set", ExitCode.SETTINGS)
     assert explain(KeyError("bug"), postgres_var="A", kafka_var="B") is None
 
 

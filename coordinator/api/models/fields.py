@@ -19,12 +19,17 @@ def _no_nul(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_no_nul)]
-Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+#: The schema says what ``_no_nul`` checks (Postgres text cannot hold NUL).
+_NO_NUL = r"^[^\x00]*$"
+
+Text = Annotated[str, Field(pattern=_NO_NUL), AfterValidator(_no_nul)]
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=_NO_NUL),
+                 AfterValidator(_no_nul)]
 Reason = Annotated[
     str,
-    Field(min_length=1, max_length=2000, pattern=r"\S",
+    Field(min_length=1, max_length=2000, pattern=r"^[^\x00]*[^\x00\s][^\x00]*$",
           description="Why: recorded in the saga's history with the caller's name."),
     AfterValidator(_no_nul),
 ]
-Int32 = Annotated[int, Field(ge=1, le=2_147_483_647)]
+#: Strict: JSON ``true`` is not the number 1 (the schema says integer).
+Int32 = Annotated[int, Field(ge=1, le=2_147_483_647, strict=True)]

@@ -32,12 +32,12 @@ class SagaFilter(BaseModel):
     #: The step the saga is working on, or the step it is dead at.
     current_step: Name | None = None
     #: Created at least / at most this many seconds ago.
-    min_age_seconds: float | None = Field(default=None, ge=0, le=3.2e9)
-    max_age_seconds: float | None = Field(default=None, ge=0, le=3.2e9)
+    min_age_seconds: float | None = Field(default=None, ge=0, le=3.2e9, strict=True)
+    max_age_seconds: float | None = Field(default=None, ge=0, le=3.2e9, strict=True)
     #: Running or compensating without progress for longer than the stuck threshold.
-    stuck: bool | None = None
+    stuck: bool | None = Field(default=None, strict=True)
     #: Some step used at least this many retries (attempts beyond the first) in one phase.
-    min_retries: int | None = Field(default=None, ge=0, le=1_000_000)
+    min_retries: int | None = Field(default=None, ge=0, le=1_000_000, strict=True)
 
     def is_empty(self) -> bool:
         return all(v is None for v in self.model_dump().values())

@@ -43,8 +43,8 @@ class StartRequest(BaseModel):
         default=None, description="Delayed start: the saga exists at once as `scheduled` "
         "(listed, cancellable) and its first command goes out at this time.")
     delay_seconds: float | None = Field(
-        default=None, ge=0, le=3.2e9, description="Delayed start after this many seconds "
-        "(instead of `start_at`).")
+        default=None, ge=0, le=3.2e9, strict=True,
+        description="Delayed start after this many seconds (instead of `start_at`).")
 
     @model_validator(mode="after")
     def _one_start_time(self) -> StartRequest:

@@ -36,6 +36,7 @@ from coordinator.store.store import CONNECTION_ERRORS
 from participant_sdk.functions import FunctionLoop, RecordBatch, lambda_handler
 from participant_sdk.pools import create_pool
 from participant_sdk.records import InboundRecord
+from participant_sdk.startup_errors import SettingsError
 
 if TYPE_CHECKING:  # annotations, or imported by the tick: a reply handler's cold start skips them
     from coordinator.config.settings import CoordinatorSettings
@@ -103,6 +104,9 @@ class CoordinatorFunctions:
         async with self._lock:
             if self._store is None:
                 s = self.settings
+                if not s.dsn:
+                    raise SettingsError("SAGAFLOW_DSN is not set: the coordinator's Postgres "
+                                        "database")
                 pool = await create_pool(
                     s.dsn,
                     min_size=0,

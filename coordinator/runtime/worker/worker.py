@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -41,6 +40,7 @@ from coordinator.store import SagaStore
 from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
+from participant_sdk.stopping import StopSignals, until_stopped
 
 __all__ = ["Worker", "WorkerStateError"]
 
@@ -158,8 +158,8 @@ class Worker:
             max_poll_records=s.reply_batch_size,
             **s.kafka_security.client_kwargs(),
         )
+        self._consumer = consumer  # stop() closes it should start-up be cancelled
         await open_with_retry(consumer.start, what="Kafka")
-        self._consumer = consumer
         self._offsets = OffsetCommitter(
             consumer, name=self.name, interval=s.reply_commit_interval.total_seconds())
         await self._offsets.start()
@@ -227,25 +227,26 @@ class Worker:
         await self.stop()
 
     async def run(self) -> None:
-        """Start, run until SIGTERM/SIGINT or a loop crash, then stop."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stopping.set)
-        try:
-            await self.start()
-            stop_wait = asyncio.create_task(self._stopping.wait())
-            done, _ = await asyncio.wait(
-                [stop_wait, *self._tasks], return_when=asyncio.FIRST_COMPLETED
-            )
-            stop_wait.cancel()
-            for task in done:
-                if task is not stop_wait and not task.cancelled() and task.exception():
-                    log.error("%s: %s crashed", self.name, task.get_name(),
-                              exc_info=task.exception())
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
-            await self.stop()
+        """Start, run until SIGTERM/SIGINT or a loop crash, then stop (see
+        :mod:`participant_sdk.stopping` for the bounds: a signal during start-up ends it at
+        once, and the whole stop takes under two seconds)."""
+        with StopSignals(self._stopping.set):
+            try:
+                began, _ = await until_stopped(self.start(), self._stopping)
+                if not began:
+                    log.info("%s: stopped while starting", self.name)
+                    return
+                stop_wait = asyncio.create_task(self._stopping.wait())
+                done, _ = await asyncio.wait(
+                    [stop_wait, *self._tasks], return_when=asyncio.FIRST_COMPLETED
+                )
+                stop_wait.cancel()
+                for task in done:
+                    if task is not stop_wait and not task.cancelled() and task.exception():
+                        log.error("%s: %s crashed", self.name, task.get_name(),
+                                  exc_info=task.exception())
+            finally:
+                await self.stop()
 
     # -- reply loop -------------------------------------------------------------------------
 
@@ -254,14 +255,16 @@ class Worker:
         assert consumer is not None
         timeout_ms = int(self.settings.reply_fetch_timeout.total_seconds() * 1000)
         while not self._stopping.is_set():
-            try:
-                batch = await consumer.getmany(
+            try:  # an idle fetch is no work in flight: a stop ends it at once
+                fetched, batch = await until_stopped(consumer.getmany(
                     timeout_ms=timeout_ms, max_records=self.settings.reply_batch_size
-                )
+                ), self._stopping)
             except KafkaError:
                 log.exception("%s: fetching replies failed", self.name)
                 await self._pause(_ERROR_BACKOFF)
                 continue
+            if not fetched:
+                break
             if not batch:
                 continue
             records = [r for part in batch.values() for r in part]
