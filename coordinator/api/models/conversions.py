@@ -73,6 +73,8 @@ def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = No
     ]
     return SagaDetail(**summary(record, stuck), input=state.input, steps=steps,
                       result=state.results(), dead_step=state.dead_step,
+                      rollback_reason=state.rollback_reason, dead_reason=state.dead_reason,
+                      repaired=state.repaired, late_ok=state.late_ok,
                       resolution=state.resolution, history_length=record.history_seq,
                       finished_at=state.finished_at,
                       parent_id=state.parent.saga_id if state.parent else None,
