@@ -31,6 +31,7 @@ from coordinator.store import SagaRecord
 from coordinator.store.queries import get_history
 from coordinator.ui import queries
 from coordinator.ui.diagram_svg import state_svg
+from coordinator.ui.search import search
 from coordinator.ui.steps import step_tree
 from coordinator.ui.trace import fetch_trace, trace_id_of
 from coordinator.ui.web import (
@@ -106,15 +107,13 @@ async def sagas(
     ctx = api_context(request)
     f = _filter(saga_type=type, status=status, version=version, current_step=current_step,
                 stuck={"yes": True, "no": False}.get(stuck or ""), min_retries=min_retries)
-    bounds = None
-    if q:
-        bounds = queries.id_range(q)
-        if bounds is None:
-            raise UiError(400, "search by saga id or the start of one (hex digits)")
-        if bounds[0] == bounds[1]:  # a whole id: go straight to the saga
-            if await ctx.store.get_saga(bounds[0]) is not None:
-                return redirect(request, f"/ui/sagas/{bounds[0]}")
+    bounds, searched = None, ""
+    q = (q or "").strip()
     async with ctx.store.pool.acquire() as conn:
+        if q:
+            f, bounds, searched, found_one = await search(conn, f, q, now=ctx.now())
+            if found_one is not None:  # a whole id, or the only saga with the key
+                return redirect(request, f"/ui/sagas/{found_one}")
         # Only the stuck filter needs every stuck saga; otherwise check the page's rows.
         stuck_ids = await ctx.stuck_ids(conn) if f.stuck is not None else frozenset()
         try:
@@ -127,7 +126,7 @@ async def sagas(
     params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     rows = [summary(r, r.saga_id in stuck_ids) for r in found.items]
     return page(request, "sagas.html", me=me, rows=rows, next_cursor=found.next_cursor,
-                params=params, f=f, q=q or "", sort=sort,
+                params=params, f=f, q=q, sort=sort, searched=searched,
                 types=sorted({c.name for c in ctx.registry.types()}),
                 statuses=[s.value for s in Status], sorts=[s.value for s in SagaSort])
 

@@ -37,6 +37,7 @@ def summary(record: SagaRecord, stuck: bool) -> dict[str, Any]:
         "saga_type": record.saga_type,
         "version": record.version,
         "status": state.status,
+        "business_key": record.business_key,
         "stage": state.stage.value,
         "state": state.machine_state(),
         "states": state.machine_states(),

@@ -82,6 +82,8 @@ class SagaSummary(BaseModel):
     saga_type: str
     version: int
     status: Status
+    #: The id people know the saga by, if its class declares one (``Saga.business_key``).
+    business_key: str | None = None
     stage: str
     #: The first of ``states`` (kept for clients that show one state).
     state: str
