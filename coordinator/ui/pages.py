@@ -28,9 +28,10 @@ from coordinator.api.models import (
 from coordinator.api.queries import children_of, list_sagas, matching_ids
 from coordinator.engine import Status
 from coordinator.store import SagaRecord
-from coordinator.store.queries import get_history
+from coordinator.store.queries import get_history, list_timers
 from coordinator.ui import queries
 from coordinator.ui.diagram_svg import state_svg
+from coordinator.ui.retries import phase_policies, step_retries
 from coordinator.ui.search import search
 from coordinator.ui.steps import step_tree
 from coordinator.ui.trace import fetch_trace, trace_id_of
@@ -54,6 +55,8 @@ router = APIRouter()
 
 #: History rows a saga page shows at first (newest); ``?history=all`` shows every row.
 HISTORY_ROWS = 500
+#: Statuses in which an unfinished step is running (a dead saga's steps wait for a person).
+_MOVING = frozenset({Status.RUNNING.value, Status.COMPENSATING.value})
 Text = Annotated[str | None, Query(max_length=200)]
 
 
@@ -148,13 +151,17 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
         stuck = record.saga_id in await ctx.stuck_ids(conn, among=[saga_id])
         d = detail(record, stuck, await children_of(conn, saga_id))
         entries = [history_entry(h) for h in await get_history(conn, saga_id, after_seq=after)]
+        timers = await list_timers(conn, saga_id)
     entries.reverse()
     definition = ctx.store.definition(record.saga_type, record.version)
+    policies = {s.name: phase_policies(s) for s in definition.steps}
     diagram = state_svg(definition, [s for s in record.state.machine_states()
                                      if s in definition.states])
-    steps = step_tree([s.model_dump() for s in d.steps])
+    steps = step_tree([s.model_dump() for s in d.steps],
+                      now=ctx.now() if record.status in _MOVING else None)
     return page(request, "saga.html", me=me, s=d, steps=steps, history=entries,
                 history_cut=after, diagram=diagram, verbs=_verbs(d.status.value),
+                retries=step_retries(definition, record.state, timers), policies=policies,
                 trace_id=trace_id_of(record.trace_context), started=record.created_at)
 
 

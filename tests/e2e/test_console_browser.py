@@ -153,6 +153,13 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         assert "retry applied by olga" in driver.find_element(By.ID, "flash").text
         head = driver.find_element(By.CSS_SELECTOR, ".head").text
         assert "compensating" in head and "stuck" not in head  # the old retries do not count
+        retry = driver.find_element(By.ID, "retry-hold_room")
+        assert "cancel attempt 1 of 4" in retry.text and "reply due" in retry.text
+        assert "gives up by" in retry.text and "UTC" in retry.text
+        retry.find_element(By.CSS_SELECTOR, "details.policy summary").click()
+        assert "cancel: 4 attempts, backoff 0.1 s" in retry.text
+        assert "try: 3 attempts, backoff 1 s times 2 up to 1 min" in retry.text  # the default
+        assert "cancelling for" in driver.find_element(By.CSS_SELECTOR, "tr.phase-cancelling").text
 
         asyncio.run(_reply(site))  # its barrier answers the retried cancel: ok
         driver.get(f"{site.base}/ui/sagas/{site.trip}")
