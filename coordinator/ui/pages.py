@@ -31,7 +31,7 @@ from coordinator.store import SagaRecord
 from coordinator.store.queries import get_history, list_timers
 from coordinator.ui import queries
 from coordinator.ui.diagram_svg import state_svg
-from coordinator.ui.retries import phase_policies, step_retries
+from coordinator.ui.retries import phase_policies, step_retries, waiting_on_no_consumer
 from coordinator.ui.search import search
 from coordinator.ui.steps import step_tree
 from coordinator.ui.trace import fetch_trace, trace_id_of
@@ -77,6 +77,7 @@ async def overview(request: Request) -> Response:
         dead = await list_sagas(conn, SagaFilter(status=Status.DEAD), now=ctx.now(),
                                 stuck_ids=(), limit=8)
         jobs = [j for j in await queries.recent_jobs(conn, 5) if j["status"] != "done"]
+    participants = await ctx.participants.snapshot() if ctx.participants is not None else []
     by_type: dict[str, dict[str, int]] = {}
     totals: dict[str, int] = {}
     for saga_type, status, n in figures.in_flight:
@@ -86,7 +87,7 @@ async def overview(request: Request) -> Response:
                                                          "cancelled"))
     return page(request, "overview.html", me=me, o=figures, by_type=by_type, stuck=stuck,
                 totals=totals, dead=[dead_saga(r) for r in dead.items], jobs=jobs,
-                finished=finished)
+                finished=finished, participants=participants)
 
 
 def _filter(**fields: Any) -> SagaFilter:
@@ -155,6 +156,7 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
     entries.reverse()
     definition = ctx.store.definition(record.saga_type, record.version)
     policies = {s.name: phase_policies(s) for s in definition.steps}
+    unheard = await waiting_on_no_consumer(ctx.participants, definition, record.state)
     diagram = state_svg(definition, [s for s in record.state.machine_states()
                                      if s in definition.states])
     steps = step_tree([s.model_dump() for s in d.steps],
@@ -162,6 +164,7 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
     return page(request, "saga.html", me=me, s=d, steps=steps, history=entries,
                 history_cut=after, diagram=diagram, verbs=_verbs(d.status.value),
                 retries=step_retries(definition, record.state, timers), policies=policies,
+                unheard=unheard,
                 trace_id=trace_id_of(record.trace_context), started=record.created_at)
 
 

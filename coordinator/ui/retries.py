@@ -17,10 +17,12 @@ from coordinator.engine import CompiledSaga, SagaState
 from coordinator.engine.tree import CompiledStep
 from coordinator.engine.work import ACTIVE_PHASE
 from coordinator.language import RetryPolicy
+from coordinator.observability.participants import ParticipantHealth, ParticipantHealthMonitor
 from coordinator.store import TimerRecord
 from participant_sdk.protocol import Phase
 
-__all__ = ["StepRetry", "policy_text", "step_retries"]
+__all__ = ["StepRetry", "phase_policies", "policy_text", "step_retries",
+           "waiting_on_no_consumer"]
 
 _PHASE_OF: Final = {step: phase for phase, step in ACTIVE_PHASE.items()}
 #: Longest sum worked out term by term (2,000 attempts is the rollback default).
@@ -104,4 +106,22 @@ def step_retries(definition: CompiledSaga, state: SagaState, timers: Sequence[Ti
             at = due[step.retry_timer]
             out[key] = StepRetry(phase.value, used, policy.max_attempts, "retry", at,
                                  _worst_case(policy, deadline, used + 1, at))
+    return out
+
+
+async def waiting_on_no_consumer(monitor: ParticipantHealthMonitor | None,
+                                 definition: CompiledSaga, state: SagaState
+                                 ) -> list[tuple[str, ParticipantHealth]]:
+    """(step, health) of each step in flight whose participant has no live consumer."""
+    if monitor is None or not state.active_steps():
+        return []
+    down = {h.participant: h for h in await monitor.snapshot() if h.down}
+    out = []
+    for key in state.active_steps():
+        try:
+            participant = definition.step(state.steps[key].node).participant
+        except (KeyError, AssertionError):
+            continue
+        if participant in down:
+            out.append((key, down[participant]))
     return out

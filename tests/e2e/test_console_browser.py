@@ -7,20 +7,25 @@ late ok arrived, retries, and the page then tells the true story.
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from pydantic import BaseModel
 
 from coordinator.engine import ReplyReceived
 from coordinator.language import RetryPolicy, Saga, TccStep
 from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
-from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
+from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase, decode_command
 from tests.e2e.browser import api_process, chromium, click_through, need_browser, sign_in
 from tests.integration.test_api_support import OPERATOR, TOKENS
 from tests.integration.test_store_support import (
@@ -60,6 +65,7 @@ class Site:
     trip: UUID
     #: The hold_room cancel the engine gave up on: its late ok arrives during the test.
     given_up: CommandEnvelope
+    kafka: str
 
 
 def _registry(prefix: str) -> SagaRegistry:
@@ -105,21 +111,54 @@ async def seeded(fresh_db: str, topic_prefix: str) -> AsyncIterator[tuple[UUID, 
 
 @pytest.fixture
 def site(seeded: tuple[UUID, CommandEnvelope], fresh_db: str, topic_prefix: str,
-         tmp_path: Path) -> Iterator[Site]:
+         kafka_bootstrap: str, tmp_path: Path) -> Iterator[Site]:
     trip, given_up = seeded
+    groups = {"hotels": f"{topic_prefix}-hotels", "cars": f"{topic_prefix}-cars"}
     env = {"SAGAFLOW_API_TOKENS": TOKENS, "SAGAFLOW_UI_SESSION_SECRET": "e2e-secret-42",
-           "SAGAFLOW_API_RUN_JOBS": "false", "SAGAFLOW_WAKE_RELAYS": "false"}
+           "SAGAFLOW_API_RUN_JOBS": "false", "SAGAFLOW_WAKE_RELAYS": "false",
+           "SAGAFLOW_KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "SAGAFLOW_PARTICIPANT_GROUPS": json.dumps(groups)}
     args = ["--dsn", fresh_db, "--topic-prefix", topic_prefix,
             "--saga", f"{__name__}:Trip"]
     with api_process(env, args, tmp_path / "api.log") as base:
-        yield Site(base, fresh_db, topic_prefix, trip, given_up)
+        yield Site(base, fresh_db, topic_prefix, trip, given_up, kafka_bootstrap)
 
 
-async def _reply(site: Site, cmd: CommandEnvelope | None = None) -> None:
-    """Play the hotels service: a late ok for ``cmd``, else ok for the trip's commands."""
+@contextmanager
+def hotels_service(site: Site) -> Iterator[list[CommandEnvelope]]:
+    """A consumer in the hotels group, polling in a thread of its own: the service is back.
+    Yields the commands it reads (the test answers them through the store)."""
+    stop = threading.Event()
+    started = threading.Event()
+    read: list[CommandEnvelope] = []
+
+    async def consume() -> None:
+        consumer = AIOKafkaConsumer(f"{site.prefix}.hotels.commands",
+                                    bootstrap_servers=site.kafka,
+                                    group_id=f"{site.prefix}-hotels",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        started.set()
+        try:
+            while not stop.is_set():
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    read.extend(decode_command(r.value) for r in batch if r.value)
+        finally:
+            await consumer.stop()
+
+    thread = threading.Thread(target=asyncio.run, args=(consume(),), daemon=True)
+    thread.start()
+    assert started.wait(30), "the consumer did not start"
+    try:
+        yield read
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+async def _reply(site: Site, *commands: CommandEnvelope) -> None:
+    """Play the hotels service: ok for each of ``commands``."""
     async with await SagaStore.open(site.dsn, _registry(site.prefix), max_size=1) as store:
-        commands = [cmd] if cmd is not None else [
-            c for c in await outbox_commands(store) if c.saga_id == site.trip]
         for c in commands:
             await store.apply(c.saga_id, ReplyReceived(reply=reply_to(c, Outcome.OK)),
                               actor=f"participant:{c.participant}")
@@ -128,6 +167,7 @@ async def _reply(site: Site, cmd: CommandEnvelope | None = None) -> None:
 def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth(
         site: Site, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     with chromium(tmp_path / "profile") as driver:
         sign_in(driver, site.base, "/ui/sagas", OPERATOR)
@@ -141,7 +181,7 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         assert "rent_car" in driver.find_element(By.ID, "rollback-cause").text
         assert not driver.find_elements(By.ID, "late-ok")
 
-        asyncio.run(_reply(site, site.given_up))  # the hotels service is back: a late ok
+        asyncio.run(_reply(site, site.given_up))  # the hotels service did it after all
         driver.get(f"{site.base}/ui/sagas/{site.trip}")
         late = driver.find_element(By.ID, "late-ok").text
         assert "A late ok for the dead step arrived" in late and "Retry will complete it" in late
@@ -160,8 +200,25 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         assert "cancel: 4 attempts, backoff 0.1 s" in retry.text
         assert "try: 3 attempts, backoff 1 s times 2 up to 1 min" in retry.text  # the default
         assert "cancelling for" in driver.find_element(By.CSS_SELECTOR, "tr.phase-cancelling").text
+        topic = f"{site.prefix}.hotels.commands"
+        unheard = driver.find_element(By.ID, "no-consumer-hold_room").text
+        assert f"No live consumer for {topic} since" in unheard and "UTC" in unheard
+        driver.get(f"{site.base}/ui/")
+        assert "no live consumer" in driver.find_element(By.ID, "participant-hotels").text
+        with hotels_service(site) as read:
+            def consumers(d: Any) -> bool:
+                d.get(f"{site.base}/ui/")  # answers are shared for 5 s: look again
+                row = d.find_element(By.ID, "participant-hotels").text
+                return "no live consumer" not in row and f"{site.prefix}-hotels" in row
+            WebDriverWait(driver, 60, poll_frequency=2).until(consumers)
+            driver.get(f"{site.base}/ui/sagas/{site.trip}")
+            assert not driver.find_elements(By.ID, "no-consumer-hold_room")
+            WebDriverWait(driver, 30).until(lambda _d: any(c.saga_id == site.trip for c in read))
+            retried = [c for c in read if c.saga_id == site.trip]
 
-        asyncio.run(_reply(site))  # its barrier answers the retried cancel: ok
+        assert [(c.step, c.phase, c.attempt) for c in retried] == [
+            ("hold_room", Phase.CANCEL, 5)]
+        asyncio.run(_reply(site, *retried))  # its barrier answers the retried cancel: ok
         driver.get(f"{site.base}/ui/sagas/{site.trip}")
         head = driver.find_element(By.CSS_SELECTOR, ".head").text
         assert "compensated" in head and "stuck" not in head
