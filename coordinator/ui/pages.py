@@ -34,6 +34,7 @@ from coordinator.ui.diagram_svg import state_svg
 from coordinator.ui.retries import phase_policies, step_retries, waiting_on_no_consumer
 from coordinator.ui.search import search
 from coordinator.ui.steps import step_tree
+from coordinator.ui.story import node_counts, null_compensation, saga_marks
 from coordinator.ui.trace import fetch_trace, trace_id_of
 from coordinator.ui.web import (
     UiError,
@@ -157,14 +158,17 @@ async def saga(request: Request, saga_id: UUID, history: Text = None) -> Respons
     definition = ctx.store.definition(record.saga_type, record.version)
     policies = {s.name: phase_policies(s) for s in definition.steps}
     unheard = await waiting_on_no_consumer(ctx.participants, definition, record.state)
+    reversible = {s.name for s in definition.steps if s.reversible}
     diagram = state_svg(definition, [s for s in record.state.machine_states()
-                                     if s in definition.states])
+                                     if s in definition.states],
+                        marks=saga_marks(record.state, reversible))
+    nulls = {k for k, st in record.state.steps.items() if null_compensation(st)}
     steps = step_tree([s.model_dump() for s in d.steps],
                       now=ctx.now() if record.status in _MOVING else None)
     return page(request, "saga.html", me=me, s=d, steps=steps, history=entries,
                 history_cut=after, diagram=diagram, verbs=_verbs(d.status.value),
                 retries=step_retries(definition, record.state, timers), policies=policies,
-                unheard=unheard,
+                unheard=unheard, nulls=nulls,
                 trace_id=trace_id_of(record.trace_context), started=record.created_at)
 
 
@@ -255,7 +259,12 @@ async def types(request: Request) -> Response:
     ctx = api_context(request)
     compiled = sorted(ctx.registry.types(), key=lambda c: (c.name, -c.version))
     latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
-    shown = [{"c": c, "latest": c.version == latest[c.name], "svg": state_svg(c),
+    async with ctx.store.pool.acquire() as conn:
+        counts = await node_counts(conn)
+    shown = [{"c": c, "latest": c.version == latest[c.name],
+              "counts": counts.get((c.name, c.version), {}),
+              "svg": state_svg(c, marks={n: "here" for n in counts.get((c.name, c.version), {})},
+                               counts=counts.get((c.name, c.version))),
               "json": c.to_json()} for c in compiled]
     return page(request, "types.html", me=me, types=shown)
 

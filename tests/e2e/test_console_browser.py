@@ -180,6 +180,16 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         assert "dead at step hold_room" in banner
         assert "rent_car" in driver.find_element(By.ID, "rollback-cause").text
         assert not driver.find_elements(By.ID, "late-ok")
+        # The diagram: where it died, and the car's undo as the null compensation it was.
+        driver.find_element(By.CSS_SELECTOR, 'svg.machine g.mark-died[data-state="hold_room"]')
+        car = driver.find_element(By.CSS_SELECTOR, 'svg g.mark-null[data-state="rent_car"]')
+        assert "null compensation" in car.text
+        car_row = driver.find_element(By.CSS_SELECTOR, "tr.phase-cancelled").text
+        assert "rent_car" in car_row and "null compensation" in car_row
+        driver.get(f"{site.base}/ui/types")  # both trips are at hold_room (one dead there)
+        assert "hold_room 2" in driver.find_element(By.ID, "counts-trip-1").text
+        driver.find_element(By.CSS_SELECTOR, '#type-trip-1 svg g.mark-here[data-state="hold_room"]')
+        driver.get(f"{site.base}/ui/sagas/{site.trip}")
 
         asyncio.run(_reply(site, site.given_up))  # the hotels service did it after all
         driver.get(f"{site.base}/ui/sagas/{site.trip}")
@@ -230,6 +240,7 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         assert "hotels is back, INC-42" in repaired and "hold_room" in repaired
         history = driver.find_element(By.ID, "history").text
         assert "saga dead at hold_room" in history  # the dead reason stays in the history
+        driver.find_element(By.CSS_SELECTOR, 'svg.machine g.mark-undone[data-state="hold_room"]')
 
         driver.get(f"{site.base}/ui/sagas")
         driver.find_element(By.ID, "q").send_keys("T-9999")
