@@ -184,6 +184,8 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         driver.find_element(By.CSS_SELECTOR, 'svg.machine g.mark-died[data-state="hold_room"]')
         car = driver.find_element(By.CSS_SELECTOR, 'svg g.mark-null[data-state="rent_car"]')
         assert "null compensation" in car.text
+        hold = driver.find_element(By.CSS_SELECTOR, "tr.phase-cancelling td.attempts").text
+        assert hold == "try\u00d71 cancel\u00d74"  # in the order they happened
         car_row = driver.find_element(By.CSS_SELECTOR, "tr.phase-cancelled").text
         assert "rent_car" in car_row and "null compensation" in car_row
         driver.get(f"{site.base}/ui/types")  # both trips are at hold_room (one dead there)
