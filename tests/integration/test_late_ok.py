@@ -5,21 +5,35 @@ with ``resume_on_late_ok`` the worker's resumer retries the step by itself (issu
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from coordinator.config.settings import CoordinatorSettings
 from coordinator.engine import ReplyReceived, Status
 from coordinator.runtime.late_ok import ACTOR, LateOkResumer
+from coordinator.runtime.worker import Worker
 from coordinator.store import PendingEvent, SagaStore
 from coordinator.store.queries import get_history
-from participant_sdk.protocol import CommandEnvelope, Outcome, Phase
+from participant_sdk.protocol import (
+    CommandEnvelope,
+    Outcome,
+    Phase,
+    encode,
+    envelope_headers,
+    reply_topic,
+)
 from tests.integration.test_store_support import (
     ManualClock,
     clock,  # noqa: F401
+    make_registry,
+    migrated,
     outbox_commands,
     reply_to,
     store,  # noqa: F401
 )
+from tests.integration.test_worker_support import create_topics
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +103,45 @@ async def test_with_the_setting_the_worker_retries_by_itself(
     assert record is not None and record.state.status is Status.COMPENSATED
     assert record.state.reason == record.state.rollback_reason
     assert (await store.verify(refund.saga_id)).ok
+
+
+async def test_the_worker_resumes_a_saga_when_a_late_ok_comes_over_kafka(
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str,
+) -> None:
+    """The whole path with ``resume_on_late_ok``: the late reply on the replies topic, the
+    worker records it and retries the dead step by itself; the retried command is in the
+    outbox (no relay runs here)."""
+    await migrated(fresh_db)
+    await create_topics(kafka_bootstrap, {reply_topic(topic_prefix): 1})
+    registry = make_registry(topic_prefix)
+    async with await SagaStore.open(fresh_db, registry, max_size=2) as store:
+        refund = await _dead_at_the_shipping_undo(store)
+        settings = CoordinatorSettings(
+            dsn=fresh_db, kafka_bootstrap=kafka_bootstrap, topic_prefix=topic_prefix,
+            group_id=f"{topic_prefix}-coordinator", resume_on_late_ok=True, pool_max_size=2,
+            shutdown_grace=timedelta(seconds=5), timer_hints=False, result_hints=False)
+        worker = Worker(settings, registry, name="late-ok")
+        await worker.start()
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            late = reply_to(refund, Outcome.OK)
+            await producer.send_and_wait(reply_topic(topic_prefix), encode(late),
+                                         key=str(late.saga_id).encode(),
+                                         headers=envelope_headers(late))
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                record = await store.get_saga(refund.saga_id)
+                assert record is not None
+                if record.state.repaired is not None:
+                    break
+                assert asyncio.get_running_loop().time() < deadline, record.state.status
+                await asyncio.sleep(0.1)
+        finally:
+            await producer.stop()
+            await worker.stop()
+        assert record.state.status is Status.COMPENSATING
+        assert record.state.repaired["actor"] == ACTOR
+        async with store.pool.acquire() as conn:
+            actors = [h.actor for h in await get_history(conn, refund.saga_id)][-2:]
+        assert actors == [f"participant:{refund.participant}", ACTOR]
