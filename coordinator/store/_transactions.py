@@ -189,14 +189,14 @@ class TransactionsMixin(StoreBase):
                             trace_context=start.trace_context, parent=start.parent)
         try:
             decision = advance(definition, None, event, now)
-        except EngineError as exc:
+            key, _ = start_key(definition, decision.state.input)
+        except (EngineError, StoreError) as exc:
             return refuse_child(start, str(exc))
         inserted = await conn.fetchval(
             INSERT_SAGA, start.saga_id, definition.name, definition.version,
             decision.state.status.value, spine_json(decision.state),
             dumps(decision.state.input), input_hash(decision.state.input),
-            json.dumps(start.trace_context), now, start.parent.saga_id,
-            start_key(definition, decision.state.input)[0],
+            json.dumps(start.trace_context), now, start.parent.saga_id, key,
         )
         if not inserted:
             return None

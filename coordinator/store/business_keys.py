@@ -36,12 +36,19 @@ def start_key(definition: CompiledSaga, data: dict[str, Any]
     cls = definition.saga_class
     if cls is None or getattr(cls, "business_key", None) is None:
         return None, None
-    key, spec = business_key_of(cls, definition.input_model.model_validate(data))
+    try:
+        key, spec = business_key_of(cls, definition.input_model.model_validate(data))
+    except Exception as exc:  # the class's key function failed on this input
+        raise _invalid(definition, f"the business key could not be computed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
     if key is not None and not 1 <= len(key) <= MAX_KEY_LENGTH:
-        raise InvalidInput(definition.name, [{"loc": ("business_key",), "msg":
-                                              f"the business key must be 1 to "
-                                              f"{MAX_KEY_LENGTH} characters, got {len(key)}"}])
+        raise _invalid(definition, f"the business key must be 1 to {MAX_KEY_LENGTH} "
+                                   f"characters, got {len(key)}")
     return key, spec
+
+
+def _invalid(definition: CompiledSaga, message: str) -> InvalidInput:
+    return InvalidInput(definition.name, [{"loc": ("business_key",), "msg": message}])
 
 
 async def key_holder(conn: asyncpg.Connection, saga_type: str, key: str, spec: BusinessKey,

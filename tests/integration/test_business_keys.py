@@ -68,7 +68,16 @@ class Ledger(Saga):
     steps = (_hold(),)
 
 
-SAGAS = [Trip, Booking, Ledger]
+class Broken(Saga):
+    """A key function that fails on some inputs: such a start is refused as bad input."""
+
+    name = "broken"
+    input_model = TripInput
+    business_key = BusinessKey(lambda i: {"T-1": "ok"}[i.trip_id])
+    steps = (_hold(),)
+
+
+SAGAS = [Trip, Booking, Ledger, Broken]
 
 
 @pytest.fixture
@@ -138,6 +147,18 @@ async def test_return_gives_the_running_saga_and_always_never_frees_the_key(
     await _complete(store)
     refused = await _start(client, "ledger", "T-1")
     assert refused.status_code == 409 and "completed" in refused.json()["error"]["message"]
+
+
+async def test_a_key_that_cannot_be_computed_or_is_too_long_is_a_422(
+    app_store: tuple[httpx.AsyncClient, SagaStore],
+) -> None:
+    client, _ = app_store
+    assert (await _start(client, "broken", "T-1")).status_code == 201
+    failed = await _start(client, "broken", "T-2")
+    assert failed.status_code == 422
+    assert "business key could not be computed: KeyError" in failed.json()["error"]["message"]
+    long = await _start(client, "trip", "T" * 201)
+    assert long.status_code == 422 and "1 to 200 characters" in long.text
 
 
 async def test_concurrent_starts_with_one_key_make_one_saga(
