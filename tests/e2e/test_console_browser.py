@@ -176,6 +176,7 @@ def test_an_operator_finds_the_trip_by_its_number_and_the_repair_tells_the_truth
         driver.find_element(By.ID, "q").send_keys("T-3002")
         click_through(driver, driver.find_element(By.ID, "apply-filter"))
         assert driver.current_url.endswith(f"/ui/sagas/{site.trip}")  # the only T-3002
+        assert driver.find_element(By.ID, "business-key").text == "T-3002"
         banner = driver.find_element(By.ID, "failure").text
         assert "dead at step hold_room" in banner
         assert "rent_car" in driver.find_element(By.ID, "rollback-cause").text
