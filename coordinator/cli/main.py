@@ -163,7 +163,7 @@ async def cmd_compact(args: argparse.Namespace, settings: CoordinatorSettings) -
 
 
 def plain(text: str | None) -> str:
-    """A docstring as ``--help`` shows it: without reST markup (````x````, ``:class:`x```)."""
+    """A docstring as --help shows it: without reST markup (double backquotes, roles)."""
     return re.sub(r":\w+:`~?([^`]+)`", r"\1", (text or "").replace("``", ""))
 
 

@@ -261,11 +261,12 @@ async def types(request: Request) -> Response:
     latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
     async with ctx.store.pool.acquire() as conn:
         counts = await node_counts(conn)
-    shown = [{"c": c, "latest": c.version == latest[c.name],
-              "counts": counts.get((c.name, c.version), {}),
-              "svg": state_svg(c, marks={n: "here" for n in counts.get((c.name, c.version), {})},
-                               counts=counts.get((c.name, c.version))),
-              "json": c.to_json()} for c in compiled]
+    shown = []
+    for c in compiled:
+        here = counts.get((c.name, c.version), {})
+        shown.append({"c": c, "latest": c.version == latest[c.name], "counts": here,
+                      "svg": state_svg(c, marks=dict.fromkeys(here, "here"), counts=here),
+                      "json": c.to_json()})
     return page(request, "types.html", me=me, types=shown)
 
 
