@@ -85,11 +85,11 @@ class ParticipantHealthMonitor:
         self._offsets: AIOKafkaConsumer | None = None
         self._members = self._lag = None
         if registry is not None:
-            self._members = Gauge("sagaflow_participant_consumers",
+            self._members = Gauge("sagaflow_command_topic_consumers",
                                   "Live members of the consumer group of a participant's "
                                   "command topic (0: nothing consumes its commands).",
                                   ["participant", "topic"], registry=registry)
-            self._lag = Gauge("sagaflow_participant_lag_messages",
+            self._lag = Gauge("sagaflow_command_topic_lag_messages",
                               "Commands on a participant's topic its group has not consumed.",
                               ["participant", "topic"], registry=registry)
 

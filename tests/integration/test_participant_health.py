@@ -70,8 +70,8 @@ async def test_a_topic_without_consumer_is_down_and_a_live_consumer_clears_it(
     assert await health.snapshot() is not None
     assert (await health.snapshot())[0] is first  # within the ttl: no new admin query
     labels = {"participant": "hotels", "topic": topic}
-    assert registry.get_sample_value("sagaflow_participant_consumers", labels) == 0
-    assert registry.get_sample_value("sagaflow_participant_lag_messages", labels) == 3
+    assert registry.get_sample_value("sagaflow_command_topic_consumers", labels) == 0
+    assert registry.get_sample_value("sagaflow_command_topic_lag_messages", labels) == 3
 
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap,
                                 group_id=f"{topic_prefix}-hotels", enable_auto_commit=False,
@@ -87,7 +87,7 @@ async def test_a_topic_without_consumer_is_down_and_a_live_consumer_clears_it(
         (live,) = await health.snapshot()
         assert live.members == 1 and not live.down and live.lag == 0
         assert live.no_consumer_since is None and live.state == "Stable"
-        assert registry.get_sample_value("sagaflow_participant_consumers", labels) == 1
+        assert registry.get_sample_value("sagaflow_command_topic_consumers", labels) == 1
     finally:
         await consumer.stop()
     clock.now += timedelta(seconds=6)
@@ -127,5 +127,5 @@ async def test_the_api_lists_participants_with_their_consumers(
             assert hotels["no_consumer_since"] is not None and hotels["problem"] is None
             assert (await client.get("/participants")).status_code == 401
             metrics = (await client.get("/metrics")).text
-            assert ('sagaflow_participant_consumers{participant="hotels",'
+            assert ('sagaflow_command_topic_consumers{participant="hotels",'
                     f'topic="{topic_prefix}.hotels.commands"}} 0.0') in metrics
