@@ -28,6 +28,7 @@ Exceptions::
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -127,7 +128,9 @@ class SagaClient:
                     start_at: datetime | None = None, delay: timedelta | None = None
                     ) -> UUID:
         """Start a saga (validated against the class's input model when a class is given);
-        returns its id. Idempotent: the same id and input return the same saga."""
+        returns its id. Idempotent: the same id and input return the same saga. A business
+        key held by a saga in flight raises ``SagaApiError`` (409, ``details.saga_id`` names
+        it), or returns that saga's id when its class declares ``on_conflict="return"``."""
         name = saga if isinstance(saga, str) else saga.name
         if not isinstance(saga, str) and not isinstance(input, BaseModel):
             input = saga.input_model.model_validate(input)
@@ -152,6 +155,16 @@ class SagaClient:
         data = await self._call("GET", "/sagas", params=filters)
         items: list[dict[str, Any]] = data["items"]
         return items
+
+    async def find(self, business_key: str, *, saga_type: str | None = None
+                   ) -> builtins.list[dict[str, Any]]:
+        """The sagas known by ``business_key`` (their class's ``business_key``), newest first."""
+        if not business_key:
+            raise ValueError("business_key must not be empty")
+        filters = {"business_key": business_key}
+        if saga_type is not None:
+            filters["type"] = saga_type
+        return await self.list(**filters)
 
     async def query(self, saga_id: SagaRef, name: str, model: type[M] | None = None
                     ) -> M | dict[str, Any]:

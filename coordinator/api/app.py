@@ -19,6 +19,7 @@ from coordinator.api.routes_dead_letters import router as dead_letters_router
 from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_migrations import router as migrations_router
+from coordinator.api.routes_participants import router as participants_router
 from coordinator.api.routes_results import router as results_router
 from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
@@ -28,6 +29,7 @@ from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.routes_versions import router as versions_router
 from coordinator.api.settings import ApiSettings
 from coordinator.observability.api import ApiMetrics, mount_observability
+from coordinator.observability.participants import ParticipantHealthMonitor, participant_topics
 from coordinator.observability.settings import ObservabilitySettings
 from coordinator.runtime.hints.results import SagaEndWaiters, start_saga_end_hints
 from coordinator.runtime.hints.timers import start_timer_waker
@@ -109,12 +111,17 @@ def create_app(
         # A passed store opened from a pool alone has no DSN: its long polls only re-read.
         ends = (SagaEndWaiters(the_store.dsn) if settings.result_hints and the_store.dsn
                 else None)
+        participants = ParticipantHealthMonitor(
+            settings.kafka_bootstrap, lambda: participant_topics(app.state.ctx.registry.types()),
+            groups=settings.participant_groups,
+            client_kwargs=settings.kafka_security.client_kwargs(), registry=metrics.registry)
+        app.state.participants = participants
         app.state.ctx = Context(
             store=the_store, registry=the_store.registry, clock=clock,
             stuck_policy=ObservabilitySettings().stuck_policy(),
             wake_jobs=runner.wake if runner is not None else (lambda: None),
             wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None),
-            saga_ends=ends)
+            saga_ends=ends, participants=participants)
         try:
             if runner is not None:
                 await runner.start()
@@ -125,6 +132,7 @@ def create_app(
             if ends is not None:
                 await ends.stop()
             await publishing.stop()
+            await participants.close()
             if timer_waker is not None:
                 await timer_waker.stop()
             if end_hints is not None:
@@ -146,6 +154,7 @@ def create_app(
     app.include_router(migrations_router)
     app.include_router(verify_router)
     app.include_router(dead_letters_router)
+    app.include_router(participants_router)
     app.include_router(asyncapi_router)
     app.include_router(health_router)
     mount_observability(app, metrics=metrics)

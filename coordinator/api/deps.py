@@ -11,6 +11,7 @@ from uuid import UUID
 from fastapi import Request
 
 from coordinator.api.errors import ErrorBody
+from coordinator.observability.participants import ParticipantHealthMonitor
 from coordinator.observability.settings import StuckPolicy
 from coordinator.observability.stuck import stuck_ids
 from coordinator.runtime.hints.results import SagaEndWaiters
@@ -54,6 +55,8 @@ class Context:
     #: Wakes the result long polls when their saga ends (``coordinator.runtime.hints.results``), if
     #: enabled.
     saga_ends: SagaEndWaiters | None = None
+    #: Consumers and lag of each participant's command topic (``GET /participants``).
+    participants: ParticipantHealthMonitor | None = None
 
     def now(self) -> datetime:
         return self.clock()

@@ -35,6 +35,7 @@ from coordinator.engine import InvalidTransition
 from coordinator.engine.decision import TaskRefused
 from coordinator.sagas.queries import QueryFailed, UnknownQuery
 from coordinator.store import (
+    BusinessKeyConflict,
     InvalidInput,
     InvalidSignalPayload,
     SagaConflict,
@@ -161,6 +162,9 @@ def _store_details(exc: StoreError) -> Any:
         return {"known": exc.known}
     if isinstance(exc, UnknownSignal):
         return {"known": exc.known}
+    if isinstance(exc, BusinessKeyConflict):
+        return {"saga_id": str(exc.saga_id), "status": exc.status,
+                "business_key": exc.business_key}
     if isinstance(exc, InvalidInput | InvalidSignalPayload):
         return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg")),
                  "type": str(e.get("type", ""))} for e in exc.errors]

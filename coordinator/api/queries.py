@@ -64,6 +64,8 @@ def _where(f: SagaFilter, now: datetime, stuck_ids: Collection[UUID]) -> _Where:
     if f.current_step is not None:
         w.add("(CASE WHEN status = 'dead' THEN snapshot->>'dead_step' = {0} "
               "ELSE {0} = ANY(active_steps) END)", f.current_step)
+    if f.business_key is not None:
+        w.add("business_key = {0}", f.business_key)
     if f.min_retries is not None:
         w.add("EXISTS (SELECT 1 FROM saga_nodes n, json_each_text(n.state->'attempts') a "
               "WHERE n.saga_id = sagas.id AND a.value::int - 1 >= {0})", f.min_retries)

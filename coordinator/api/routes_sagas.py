@@ -74,11 +74,15 @@ def saga_filter(
     max_age_seconds: Annotated[float | None, Query(ge=0, le=3.2e9)] = None,
     stuck: bool | None = None,
     min_retries: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
+    business_key: Annotated[str | None, Query(
+        min_length=1, max_length=200,
+        description="Only sagas with this business key (the id their class declares).")] = None,
 ) -> SagaFilter:
     """The saga filter, from query parameters."""
     return _filter(saga_type=saga_type, version=version, status=status,
                    current_step=current_step, min_age_seconds=min_age_seconds,
-                   max_age_seconds=max_age_seconds, stuck=stuck, min_retries=min_retries)
+                   max_age_seconds=max_age_seconds, stuck=stuck, min_retries=min_retries,
+                   business_key=business_key)
 
 
 def _filter(**fields: Any) -> SagaFilter:

@@ -70,6 +70,10 @@ class ApiSettings(CoordinatorSettings):
     api_port: int = Field(default=8080, ge=0, le=65535)
     #: Run the bulk-repair job runner in this process.
     api_run_jobs: bool = True
+    #: The consumer group of each participant whose group is not its own name (the SDK's
+    #: default), as JSON: ``{"hotels": "hotels-v2"}``. ``GET /participants`` and the console
+    #: read each group's live members and lag from Kafka.
+    participant_groups: dict[str, str] = Field(default_factory=dict)
     #: How long a runner owns a claimed job without renewing its lease.
     api_job_lease: Duration = timedelta(seconds=30)
     #: How often the runner looks for jobs nothing woke it for: another replica's (when that

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -180,8 +181,13 @@ async def cmd_compact(args: argparse.Namespace, settings: CoordinatorSettings) -
     return 0
 
 
+def plain(text: str | None) -> str:
+    """A docstring as --help shows it: without reST markup (double backquotes, roles)."""
+    return re.sub(r":\w+:`~?([^`]+)`", r"\1", (text or "").replace("``", ""))
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sagaflow-coordinator", description=__doc__,
+    parser = argparse.ArgumentParser(prog="sagaflow-coordinator", description=plain(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=version_line("sagaflow-coordinator"))

@@ -66,6 +66,11 @@ class CoordinatorSettings(BaseSettings):
     #: Off behind a transaction-pooling PgBouncer, which drops notifications: then lower
     #: ``timer_max_idle`` to how late a timer the API wrote may fire (it was 1 s).
     timer_hints: bool = True
+    #: When a late ``ok`` arrives for a dead saga's dead step (its participant confirmed,
+    #: cancelled or compensated after the engine gave up), retry that step at once, as
+    #: ``sagaflow:late-ok``: its barrier answers ``ok`` again and the saga goes on. Off, the
+    #: late ``ok`` is recorded and the saga waits for an operator's Retry.
+    resume_on_late_ok: bool = False
     #: After a commit that ended sagas (finished or dead), NOTIFY their ids on
     #: ``sagaflow_saga_ended`` in a transaction of its own (the ids of commits meanwhile share
     #: the next one), and in the API LISTEN there on a connection of its own: ``GET

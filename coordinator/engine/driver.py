@@ -145,5 +145,5 @@ def start_rollback(w: Work, reason: str, outcome: Status, cause: str | None = No
         if step.phase in (StepPhase.TRYING, StepPhase.EXECUTING):
             abandon_forward(w, key, "abandoned: rollback started while it was active")
     w.update(stage=Stage.ROLLBACK, status=Status.COMPENSATING, reason=reason,
-             rollback_outcome=outcome, cause=cause)
+             rollback_outcome=outcome, cause=cause, rollback_reason=reason)
     w.note(f"rollback started: {reason}")

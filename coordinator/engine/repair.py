@@ -18,7 +18,7 @@ from coordinator.engine.nodes import task
 from coordinator.engine.nodes.base import ROOT, abandon_wait
 from coordinator.engine.nodes.leaf import send_finish, succeed
 from coordinator.engine.starting import cancel_scheduled
-from coordinator.engine.state import Stage, Status, StepPhase
+from coordinator.engine.state import SagaState, Stage, Status, StepPhase
 from coordinator.engine.tree import CompiledWait
 from coordinator.engine.work import ACTIVE_PHASE, Work
 from participant_sdk.protocol import Phase
@@ -40,9 +40,25 @@ def on_repair(w: Work, event: OperatorRepair) -> None:
     if event.step is not None and event.step not in w.state.steps:
         known = ", ".join(w.state.steps)
         raise InvalidTransition(f"unknown step {event.step!r} (steps: {known})")
+    before = w.state
     _VERBS[event.verb](w, event)
     w.note(f"operator {event.verb.value} by {event.actor}: {event.reason}")
+    if before.status is Status.DEAD and w.get("status") is not Status.DEAD:
+        _left_dead(w, event, before)
     drive(w)
+
+
+def _left_dead(w: Work, event: OperatorRepair, before: SagaState) -> None:
+    """A repair took the saga out of ``dead``: the dead reason leaves the snapshot (the
+    history keeps it) and the repair is recorded. A verb that gave no reason of its own
+    puts back the rollback's (or none, forward or confirming)."""
+    reason = w.get("reason")
+    if reason == before.reason:
+        reason = w.get("rollback_reason") if w.get("stage") is Stage.ROLLBACK else None
+    w.update(reason=reason, dead_reason=None, late_ok=None,
+             repaired={"verb": event.verb.value, "actor": event.actor, "reason": event.reason,
+                       "at": w.now.isoformat(), "dead_step": before.dead_step,
+                       "dead_reason": before.dead_reason or before.reason})
 
 
 def _dead_step(w: Work, event: OperatorRepair) -> str:
@@ -155,7 +171,7 @@ def _back_to_forward(w: Work, key: str) -> None:
             w.update_step(parent, phase=StepPhase.RUNNING, finished_at=None)
         parent = w.step(parent).parent
     w.update(status=Status.RUNNING, stage=Stage.FORWARD, dead_step=None, reason=None,
-             cause=None, rollback_outcome=None)
+             cause=None, rollback_outcome=None, rollback_reason=None)
 
 
 def _skip(w: Work, event: OperatorRepair) -> None:

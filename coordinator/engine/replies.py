@@ -7,8 +7,8 @@ from coordinator.engine.driver import drive
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
 from coordinator.engine.nodes import sleep, task, wait
 from coordinator.engine.nodes.leaf import fail, send_finish, succeed
-from coordinator.engine.state import StepPhase
-from coordinator.engine.work import Work, message_id
+from coordinator.engine.state import Status, StepPhase
+from coordinator.engine.work import ACTIVE_PHASE, Work, message_id
 from participant_sdk.protocol import ErrorKind, Outcome
 
 TASK_TIMERS = frozenset({TimerKind.TASK_REMINDER, TimerKind.TASK_ESCALATION,
@@ -30,6 +30,8 @@ def on_reply(w: Work, event: ReplyReceived) -> str | None:
     if sent is None or (reply.phase, reply.attempt) != (sent.phase, sent.attempt):
         if _late_success(w, event):
             drive(w)
+            return None
+        if _late_ok_for_dead_step(w, event):
             return None
         if sent is None:
             return f"no command outstanding for {reply.step}: duplicate or late reply ({tag})"
@@ -71,6 +73,26 @@ def _late_success(w: Work, event: ReplyReceived) -> bool:
     w.update_step(reply.step, uncertain=True)
     w.note(f"{reply.step}: late ok for {reply.phase.value} attempt {reply.attempt}: "
            "may have applied")
+    return True
+
+
+def _late_ok_for_dead_step(w: Work, event: ReplyReceived) -> bool:
+    """The dead step's participant did its confirm, cancel or compensation after all (the
+    reply came after the engine gave up): recorded, so the page can say that a retry (which
+    its barrier answers with the same ``ok``) completes the step. The saga stays dead."""
+    reply, state = event.reply, w.state
+    step = w.step(reply.step)
+    if (state.status is not Status.DEAD or state.dead_step != reply.step
+            or state.late_ok is not None or reply.outcome is not Outcome.OK
+            or reply.phase.is_forward or ACTIVE_PHASE.get(reply.phase) is not step.phase
+            or not 1 <= reply.attempt <= step.attempt(reply.phase)
+            or reply.in_reply_to != message_id(w.saga_id, reply.step, reply.phase,
+                                               reply.attempt)):
+        return False
+    w.update(late_ok={"step": reply.step, "phase": reply.phase.value,
+                      "attempt": reply.attempt, "at": w.now.isoformat()})
+    w.note(f"a late ok for the dead step arrived ({reply.step} {reply.phase.value} attempt "
+           f"{reply.attempt}): Retry will complete it")
     return True
 
 

@@ -265,6 +265,17 @@ class SagaState(BaseModel):
     dead_step: str | None = None
     #: Set when an operator resolved the saga by hand: actor, reason, previous status.
     resolution: dict[str, Any] | None = None
+    #: Why the rollback started (a step's failure, an operator's cancel or compensate); a
+    #: later death does not overwrite it, so an auditor still reads the original cause.
+    rollback_reason: str | None = None
+    #: Why the saga is dead, only while it is (a repair clears it; the history keeps it).
+    dead_reason: str | None = None
+    #: The last repair that took the saga out of ``dead``: verb, actor, reason, time, and the
+    #: dead step and reason it cleared.
+    repaired: dict[str, Any] | None = None
+    #: A late ``ok`` for the dead step's phase arrived (its participant did it after all):
+    #: step, phase, attempt and time; a retry completes the step. Cleared by a repair.
+    late_ok: dict[str, Any] | None = None
     completions: int = 0
     #: A delayed start's time (status ``scheduled`` until then).
     start_at: datetime | None = None

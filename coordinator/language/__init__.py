@@ -13,6 +13,7 @@ Everything a saga class needs comes from here::
 It imports nothing of the engine, the store or the runtime (the layer contract checks it).
 """
 
+from coordinator.language.business_key import BusinessKey
 from coordinator.language.nodes import (
     Branch,
     ChildSaga,
@@ -42,6 +43,7 @@ from coordinator.language.steps import (
 
 __all__ = [
     "Branch",
+    "BusinessKey",
     "ChildSaga",
     "Choice",
     "DefinitionError",

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
+from coordinator.language.business_key import BusinessKey, business_key_problems
 from coordinator.language.nodes import (
     _COMPOSITES,
     ITEMS_CEILING,
@@ -116,6 +117,9 @@ class Saga:
     queries: ClassVar[Mapping[str, Callable[[Any], BaseModel]]] = {}
     #: Running sagas of older versions this version can take over: version -> how.
     migrate_from: ClassVar[Mapping[int, Migration]] = {}
+    #: The id people know a saga by: an input field's name, or a
+    #: :class:`~coordinator.language.business_key.BusinessKey` (stored, indexed, searchable).
+    business_key: ClassVar[str | BusinessKey | None] = None
     #: Abstract intermediate bases set this to skip validation.
     abstract: ClassVar[bool] = False
 
@@ -155,6 +159,7 @@ def validate_saga_class(
         if not callable(fn):
             problems.append(f"{where}: query {qname!r} must be callable, got {fn!r}")
     problems.extend(_migration_problems(where, cls))
+    problems.extend(business_key_problems(where, cls))
     problems.extend(node_problems(
         where, steps, set(), 0,
         lambda at, step, seen: _step_problems(at, step, seen, strict_participants)))

@@ -81,6 +81,9 @@ def metrics_router(
         store = store_of(request) if store_of is not None else None
         if isinstance(metrics, ApiMetrics) and store is not None:
             await metrics.refresh(store)
+        participants = getattr(request.app.state, "participants", None)
+        if participants is not None:  # the participant gauges (a cached admin query)
+            await participants.snapshot()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -1,6 +1,7 @@
 """The Postgres saga store: snapshots, append-only history, outbox rows and timers."""
 
 from coordinator.store.errors import (
+    BusinessKeyConflict,
     InvalidInput,
     InvalidSignalPayload,
     SagaConflict,
@@ -31,6 +32,7 @@ from coordinator.store.store import SagaStore
 __all__ = [
     "ApplyOutcome",
     "ApplyResult",
+    "BusinessKeyConflict",
     "HistoryRecord",
     "InvalidInput",
     "InvalidSignalPayload",

@@ -17,7 +17,8 @@ from coordinator.engine import InvalidInput as EngineInvalidInput
 from coordinator.store import queries
 from coordinator.store._transactions import INSERT_SAGA, TransactionsMixin, input_hash
 from coordinator.store._writes import Change, LockedSaga
-from coordinator.store.errors import InvalidInput, SagaConflict
+from coordinator.store.business_keys import key_holder, start_key
+from coordinator.store.errors import BusinessKeyConflict, InvalidInput, SagaConflict
 from coordinator.store.nodes import dumps, spine_json
 from coordinator.store.records import SagaRecord, StartResult
 from coordinator.store.tracing import traced_start
@@ -95,10 +96,17 @@ class StartsMixin(TransactionsMixin):
             decision = advance(definition, None, event, now)
         except EngineInvalidInput as exc:
             raise InvalidInput(saga_type, [{"loc": (), "msg": str(exc)}]) from exc
+        key, spec = start_key(definition, decision.state.input)
+        if key is not None and spec is not None:
+            holder = await key_holder(conn, definition.name, key, spec, sid)
+            if holder is not None and spec.on_conflict == "return":
+                return await self._held_by(conn, holder[0]), False, None
+            if holder is not None:
+                raise BusinessKeyConflict(definition.name, key, *holder)
         inserted = await conn.fetchval(
             INSERT_SAGA, sid, definition.name, definition.version,
             decision.state.status.value, spine_json(decision.state),
-            dumps(decision.state.input), digest, json.dumps(trace_context), now, None,
+            dumps(decision.state.input), digest, json.dumps(trace_context), now, None, key,
         )
         if not inserted:
             row = await conn.fetchrow(
@@ -133,5 +141,13 @@ class StartsMixin(TransactionsMixin):
             created_at=now,
             updated_at=now,
             last_progress_at=now,
+            business_key=key,
         )
         return record, True, earliest
+
+    @staticmethod
+    async def _held_by(conn: asyncpg.Connection, saga_id: UUID) -> SagaRecord:
+        """The saga that holds a start's business key (a start that returns it)."""
+        record = await queries.get_saga(conn, saga_id)
+        assert record is not None  # found under the key's lock a moment ago
+        return record

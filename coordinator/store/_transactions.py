@@ -22,6 +22,7 @@ from coordinator.engine.nested import refuse_child
 from coordinator.language.nodes import MAX_CHILD_DEPTH
 from coordinator.store._base import StoreBase, log
 from coordinator.store._writes import Change, LockedSaga, write_changes
+from coordinator.store.business_keys import start_key
 from coordinator.store.errors import StoreError, TransientStoreError
 from coordinator.store.nodes import dumps, load_states, spine_json
 from outbox_relay.message import LeasedRow
@@ -188,13 +189,14 @@ class TransactionsMixin(StoreBase):
                             trace_context=start.trace_context, parent=start.parent)
         try:
             decision = advance(definition, None, event, now)
-        except EngineError as exc:
+            key, _ = start_key(definition, decision.state.input)
+        except (EngineError, StoreError) as exc:
             return refuse_child(start, str(exc))
         inserted = await conn.fetchval(
             INSERT_SAGA, start.saga_id, definition.name, definition.version,
             decision.state.status.value, spine_json(decision.state),
             dumps(decision.state.input), input_hash(decision.state.input),
-            json.dumps(start.trace_context), now, start.parent.saga_id,
+            json.dumps(start.trace_context), now, start.parent.saga_id, key,
         )
         if not inserted:
             return None
@@ -207,8 +209,8 @@ class TransactionsMixin(StoreBase):
 INSERT_SAGA: Final = """
 INSERT INTO sagas (id, saga_type, saga_version, status, snapshot, input, input_hash,
                    trace_context, history_seq, created_at, updated_at, last_progress_at,
-                   parent_id)
-VALUES ($1, $2, $3, $4, $5::json, $6::json, $7, $8::jsonb, 0, $9, $9, $9, $10)
+                   parent_id, business_key)
+VALUES ($1, $2, $3, $4, $5::json, $6::json, $7, $8::jsonb, 0, $9, $9, $9, $10, $11)
 ON CONFLICT (id) DO NOTHING RETURNING true
 """
 

@@ -174,12 +174,13 @@ _ATTEMPT_PHASE: Final = {step: phase for phase, step in ACTIVE_PHASE.items()}
 
 def activity(state: SagaState) -> tuple[str, str | None, str | None, int]:
     """The active step keys (space-separated; keys hold no spaces) and the active step with
-    the most attempts in its phase, its phase and that number: the stuck scan's columns."""
+    the most attempts in its phase, its phase and that number: the stuck scan's columns.
+    Attempts count in the current retry budget, so an operator's retry restarts them."""
     keys = state.active_steps()
     best: tuple[int, str] | None = None
     for key in keys:
         step = state.steps[key]
-        attempt = step.attempt(_ATTEMPT_PHASE[step.phase])
+        attempt = step.used(_ATTEMPT_PHASE[step.phase])
         if best is None or attempt > best[0]:
             best = (attempt, key)
     if best is None:

@@ -8,6 +8,7 @@ Hierarchy::
     ├── InvalidInput            the start input fails the saga's input model (pydantic errors)
     ├── SagaNotFound            no saga with that id
     ├── SagaConflict            a start reused a saga id with another type or input
+    │   └── BusinessKeyConflict a start's business key is held by another saga (named)
     ├── SagaFinished            a signal to a saga that already finished
     ├── UnknownSignal           the saga's type waits for no signal of that name
     ├── InvalidSignalPayload    a signal's payload fails its model (pydantic errors)
@@ -21,6 +22,7 @@ from typing import Any
 from uuid import UUID
 
 __all__ = [
+    "BusinessKeyConflict",
     "InvalidInput",
     "InvalidSignalPayload",
     "SagaConflict",
@@ -94,6 +96,18 @@ class SagaConflict(StoreError):
     def __init__(self, saga_id: UUID, reason: str) -> None:
         self.saga_id = saga_id
         super().__init__(f"saga {saga_id} already exists {reason}")
+
+
+class BusinessKeyConflict(SagaConflict):
+    code = "business_key_conflict"
+
+    def __init__(self, saga_type: str, business_key: str, holder: UUID, status: str) -> None:
+        StoreError.__init__(self, f"saga {holder} ({status}) already has the {saga_type} "
+                                  f"business key {business_key!r}")
+        self.saga_id = holder
+        self.saga_type = saga_type
+        self.business_key = business_key
+        self.status = status
 
 
 class SagaFinished(StoreError):

@@ -38,7 +38,7 @@ DefinitionLookup = Callable[[str, int], CompiledSaga]
 
 SAGA_COLUMNS: Final = (
     "id, saga_type, saga_version, status, snapshot, input, trace_context, history_seq, "
-    "created_at, updated_at, last_progress_at"
+    "created_at, updated_at, last_progress_at, business_key"
 )
 
 
@@ -55,6 +55,7 @@ def saga_record(row: Mapping[str, Any], nodes: Sequence[tuple[str, str]]) -> Sag
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         last_progress_at=row["last_progress_at"],
+        business_key=row["business_key"],
     )
 
 

@@ -41,6 +41,8 @@ class SagaRecord:
     created_at: datetime
     updated_at: datetime
     last_progress_at: datetime
+    #: The id people know the saga by, if its class declares one (``Saga.business_key``).
+    business_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

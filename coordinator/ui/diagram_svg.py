@@ -10,7 +10,7 @@ then confirm and the ends. Every step and composite is a ``<g class="state">`` w
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 
@@ -25,6 +25,7 @@ from coordinator.engine.compiled import (
     GroupKind,
     StepKind,
 )
+from coordinator.ui.story import MARK_TEXT
 
 __all__ = ["state_svg"]
 
@@ -40,23 +41,41 @@ class _Canvas:
     current: set[str]
     parts: list[str] = field(default_factory=list)
     focus: str | None = None
+    #: Node name -> a CSS class of the saga's story (``died``, ``here``, ``undo``, ...).
+    marks: Mapping[str, str] = field(default_factory=dict)
+    #: Node name -> words added to its label (its mark, or how many sagas are at it).
+    notes: Mapping[str, str] = field(default_factory=dict)
 
     def box(self, name: str, label: str, x: float, y: float, w: float,
             extra: str = "") -> None:
         classes = ["state", *([extra] if extra else []),
                    *(["current"] if name in self.current else []),
-                   *(["focus"] if name == self.focus else [])]
+                   *(["focus"] if name == self.focus else []),
+                   *([f"mark-{self.marks[name]}"] if name in self.marks else [])]
         self.parts.append(
             f'<g class="{" ".join(classes)}" data-state="{escape(name)}">'
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{_BOX_H}" rx="6"/>'
             f'<text x="{x + w / 2:.0f}" y="{y + _BOX_H / 2 + 4:.0f}" text-anchor="middle">'
             f"{escape(label)}</text></g>")
 
-    def arrow(self, x1: float, y1: float, x2: float, y2: float) -> None:
+    def arrow(self, x1: float, y1: float, x2: float, y2: float, guard: str = "") -> None:
         mid = (y1 + y2) / 2
         self.parts.append(
-            f'<path class="edge" d="M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f}'
-            f' {x2:.0f},{y2:.0f}" marker-end="url(#arrow)"/>')
+            f'<path class="edge{" guarded" if guard else ""}" d="M{x1:.0f},{y1:.0f} '
+            f'C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}" '
+            f'marker-end="url(#arrow)"/>')
+        if guard:
+            self.parts.append(f'<text class="guard" x="{x2 + 6:.0f}" y="{mid + 4:.0f}">'
+                              f"{escape(guard)}</text>")
+
+
+def _guard(node: CompiledNode) -> str:
+    """``when <guard>`` for a step with a guard (drawn on its incoming edge), else ``""``."""
+    when = getattr(node, "when", None)
+    if when is None:
+        return ""
+    name = getattr(when, "__name__", "")
+    return "when guard" if not name or name == "<lambda>" else f"when {name}"
 
 
 def _label(node: CompiledStep) -> str:
@@ -86,11 +105,17 @@ def _leaf_label(node: CompiledStep | CompiledSleep | CompiledWait | CompiledTask
     return _label(node)
 
 
-def _size(node: CompiledNode) -> tuple[float, float]:
+def _text(node: CompiledStep | CompiledSleep | CompiledWait | CompiledTask,
+          notes: Mapping[str, str]) -> str:
+    note = notes.get(node.name)
+    return f"{_leaf_label(node)} · {note}" if note else _leaf_label(node)
+
+
+def _size(node: CompiledNode, notes: Mapping[str, str]) -> tuple[float, float]:
     if not isinstance(node, CompiledGroup):
-        return max(len(_leaf_label(node)) * _CHAR_W + 20, 90), _BOX_H
+        return max(len(_text(node, notes)) * _CHAR_W + 20, 90), _BOX_H
     kids = _inner(node)
-    sizes = [_size(k) for k in kids]
+    sizes = [_size(k, notes) for k in kids]
     title_w = len(_title(node)) * _CHAR_W + 2 * _PAD
     if _stacked(node):
         w = max(s[0] for s in sizes)
@@ -117,9 +142,9 @@ def _stacked(node: CompiledGroup) -> bool:
 
 def _draw(c: _Canvas, node: CompiledNode, x: float, y: float) -> None:
     """Draw ``node`` with its top-left corner at (x, y)."""
-    w, h = _size(node)
+    w, h = _size(node, c.notes)
     if not isinstance(node, CompiledGroup):
-        c.box(node.name, _leaf_label(node), x, y, w)
+        c.box(node.name, _text(node, c.notes), x, y, w)
         return
     if node.name:
         classes = "frame current" if node.name in c.current else "frame"
@@ -133,28 +158,40 @@ def _draw(c: _Canvas, node: CompiledNode, x: float, y: float) -> None:
     if _stacked(node):
         prev: tuple[float, float] | None = None
         for kid in kids:
-            kw, kh = _size(kid)
+            kw, kh = _size(kid, c.notes)
             kx = x + (w - kw) / 2
             if prev is not None:
-                c.arrow(prev[0], prev[1], kx + kw / 2, y)
+                c.arrow(prev[0], prev[1], kx + kw / 2, y, _guard(kid))
+            elif _guard(kid):  # no edge inside the frame leads to it: say it on the box
+                c.parts.append(f'<text class="guard" x="{kx:.0f}" y="{y - 3:.0f}">'
+                               f"{escape(_guard(kid))}</text>")
             _draw(c, kid, kx, y)
             prev = (kx + kw / 2, y + kh)
             y += kh + _GAP
         return
     for kid in kids:
-        kw, _ = _size(kid)
+        kw, _ = _size(kid, c.notes)
+        if _guard(kid):
+            c.parts.append(f'<text class="guard" x="{x:.0f}" y="{y - 3:.0f}">'
+                           f"{escape(_guard(kid))}</text>")
         _draw(c, kid, x, y)
         x += kw + _GAP
 
 
-def state_svg(definition: CompiledSaga, current: str | Iterable[str] | None = None,
-              focus: str | None = None) -> str:
+def state_svg(definition: CompiledSaga, current: str | Iterable[str] | None = None, *,
+              marks: Mapping[str, str] | None = None,
+              counts: Mapping[str, int] | None = None, focus: str | None = None) -> str:
     """The SVG markup (trusted: every name is escaped). ``current`` holds machine states
-    (``reserve.trying``, ``dead``); their nodes are highlighted, and the node ``focus`` (a
-    human task opened from the inbox) is marked as well."""
+    (``reserve.trying``, ``dead``); their nodes are highlighted. ``marks`` tells a saga's
+    story per node (see ``coordinator.ui.story``); ``counts``, how many sagas are at each;
+    the node ``focus`` (a human task opened from the inbox) is marked as well."""
     wanted = [current] if isinstance(current, str) else list(current or ())
-    c = _Canvas({state.split(".")[0] for state in wanted}, focus=focus)
-    tree_w, tree_h = _size(definition.root)
+    notes = {n: MARK_TEXT[m] for n, m in (marks or {}).items()}
+    for name, n in (counts or {}).items():
+        notes[name] = f"{n} here"
+    c = _Canvas({state.split(".")[0] for state in wanted}, marks=dict(marks or {}),
+                notes=notes, focus=focus)
+    tree_w, tree_h = _size(definition.root, c.notes)
     tcc = any(s.kind is StepKind.TCC for s in definition.steps)
     end_w = 110
     ends_w = len(_ENDS) * end_w + (len(_ENDS) - 1) * _GAP

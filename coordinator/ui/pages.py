@@ -29,10 +29,13 @@ from coordinator.api.queries import children_of, list_sagas, matching_ids
 from coordinator.engine import Status
 from coordinator.observability.stuck import node_name
 from coordinator.store import SagaRecord
-from coordinator.store.queries import get_history
+from coordinator.store.queries import get_history, list_timers
 from coordinator.ui import queries
 from coordinator.ui.diagram_svg import state_svg
+from coordinator.ui.retries import phase_policies, step_retries, waiting_on_no_consumer
+from coordinator.ui.search import search
 from coordinator.ui.steps import step_tree
+from coordinator.ui.story import node_counts, null_compensation, saga_marks
 from coordinator.ui.trace import fetch_trace, trace_id_of
 from coordinator.ui.web import (
     UiError,
@@ -54,6 +57,8 @@ router = APIRouter()
 
 #: History rows a saga page shows at first (newest); ``?history=all`` shows every row.
 HISTORY_ROWS = 500
+#: Statuses in which an unfinished step is running (a dead saga's steps wait for a person).
+_MOVING = frozenset({Status.RUNNING.value, Status.COMPENSATING.value})
 Text = Annotated[str | None, Query(max_length=200)]
 
 
@@ -74,6 +79,7 @@ async def overview(request: Request) -> Response:
         dead = await list_sagas(conn, SagaFilter(status=Status.DEAD), now=ctx.now(),
                                 stuck_ids=(), limit=8)
         jobs = [j for j in await queries.recent_jobs(conn, 5) if j["status"] != "done"]
+    participants = await ctx.participants.snapshot() if ctx.participants is not None else []
     by_type: dict[str, dict[str, int]] = {}
     totals: dict[str, int] = {}
     for saga_type, status, n in figures.in_flight:
@@ -83,7 +89,7 @@ async def overview(request: Request) -> Response:
                                                          "cancelled"))
     return page(request, "overview.html", me=me, o=figures, by_type=by_type, stuck=stuck,
                 totals=totals, dead=[dead_saga(r) for r in dead.items], jobs=jobs,
-                finished=finished)
+                finished=finished, participants=participants)
 
 
 def _filter(**fields: Any) -> SagaFilter:
@@ -107,15 +113,13 @@ async def sagas(
     ctx = api_context(request)
     f = _filter(saga_type=type, status=status, version=version, current_step=current_step,
                 stuck={"yes": True, "no": False}.get(stuck or ""), min_retries=min_retries)
-    bounds = None
-    if q:
-        bounds = queries.id_range(q)
-        if bounds is None:
-            raise UiError(400, "search by saga id or the start of one (hex digits)")
-        if bounds[0] == bounds[1]:  # a whole id: go straight to the saga
-            if await ctx.store.get_saga(bounds[0]) is not None:
-                return redirect(request, f"/ui/sagas/{bounds[0]}")
+    bounds, searched = None, ""
+    q = (q or "").strip()
     async with ctx.store.pool.acquire() as conn:
+        if q:
+            f, bounds, searched, found_one = await search(conn, f, q, now=ctx.now())
+            if found_one is not None:  # a whole id, or the only saga with the key
+                return redirect(request, f"/ui/sagas/{found_one}")
         # Only the stuck filter needs every stuck saga; otherwise check the page's rows.
         stuck_ids = await ctx.stuck_ids(conn) if f.stuck is not None else frozenset()
         try:
@@ -128,7 +132,7 @@ async def sagas(
     params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     rows = [summary(r, r.saga_id in stuck_ids) for r in found.items]
     return page(request, "sagas.html", me=me, rows=rows, next_cursor=found.next_cursor,
-                params=params, f=f, q=q or "", sort=sort,
+                params=params, f=f, q=q, sort=sort, searched=searched,
                 types=sorted({c.name for c in ctx.registry.types()}),
                 statuses=[s.value for s in Status], sorts=[s.value for s in SagaSort])
 
@@ -151,16 +155,25 @@ async def saga(request: Request, saga_id: UUID, history: Text = None,
         stuck = record.saga_id in await ctx.stuck_ids(conn, among=[saga_id])
         d = detail(record, stuck, await children_of(conn, saga_id))
         entries = [history_entry(h) for h in await get_history(conn, saga_id, after_seq=after)]
+        timers = await list_timers(conn, saga_id)
     entries.reverse()
     definition = ctx.store.definition(record.saga_type, record.version)
+    policies = {s.name: phase_policies(s) for s in definition.steps}
+    unheard = await waiting_on_no_consumer(ctx.participants, definition, record.state)
+    reversible = {s.name for s in definition.steps if s.reversible}
     diagram = state_svg(definition, [s for s in record.state.machine_states()
                                      if s in definition.states],
+                        marks=saga_marks(record.state, reversible),
                         focus=node_name(task) if task else None)
-    steps = step_tree([s.model_dump() for s in d.steps])
+    nulls = {k for k, st in record.state.steps.items() if null_compensation(st)}
+    steps = step_tree([s.model_dump() for s in d.steps],
+                      now=ctx.now() if record.status in _MOVING else None)
     tasks = await ctx.store.saga_tasks(saga_id)
     return page(request, "saga.html", me=me, s=d, steps=steps, history=entries, tasks=tasks,
                 focus=task,
                 history_cut=after, diagram=diagram, verbs=_verbs(d.status.value),
+                retries=step_retries(definition, record.state, timers), policies=policies,
+                unheard=unheard, nulls=nulls,
                 trace_id=trace_id_of(record.trace_context), started=record.created_at)
 
 
@@ -251,8 +264,14 @@ async def types(request: Request) -> Response:
     ctx = api_context(request)
     compiled = sorted(ctx.registry.types(), key=lambda c: (c.name, -c.version))
     latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
-    shown = [{"c": c, "latest": c.version == latest[c.name], "svg": state_svg(c),
-              "json": c.to_json()} for c in compiled]
+    async with ctx.store.pool.acquire() as conn:
+        counts = await node_counts(conn)
+    shown = []
+    for c in compiled:
+        here = counts.get((c.name, c.version), {})
+        shown.append({"c": c, "latest": c.version == latest[c.name], "counts": here,
+                      "svg": state_svg(c, marks=dict.fromkeys(here, "here"), counts=here),
+                      "json": c.to_json()})
     return page(request, "types.html", me=me, types=shown)
 
 

@@ -16,14 +16,17 @@ from typing import Any
 __all__ = ["StepRow", "step_tree"]
 
 _CUT = re.compile(r"[.\[]")
+#: Step phases with a command in flight or a retry pending (the engine's active phases).
+_IN_FLIGHT = frozenset({"trying", "executing", "confirming", "cancelling", "compensating"})
 
 
 @dataclass(frozen=True, slots=True)
 class StepRow:
     depth: int
     step: Mapping[str, Any]
-    #: Seconds from start to finish (or to the last phase change while it runs).
+    #: Seconds from start to finish, or (``running``) how long its phase in flight has run.
     seconds: float | None
+    running: bool = False
 
 
 def _prefixes(key: str) -> list[str]:
@@ -38,16 +41,21 @@ def _parent(step: Mapping[str, Any], keys: set[str]) -> str | None:
     return next((p for p in _prefixes(str(step["key"])) if p in keys), None)
 
 
-def _seconds(step: Mapping[str, Any]) -> float | None:
-    start = step.get("started_at")
-    end = step.get("finished_at") or step.get("phase_changed_at")
+def _row(depth: int, step: Mapping[str, Any], now: datetime | None) -> StepRow:
+    start, changed = step.get("started_at"), step.get("phase_changed_at")
+    if now is not None and step.get("phase") in _IN_FLIGHT and isinstance(changed, datetime):
+        # A phase in flight (a try, or a cancel after the try finished): time in that phase.
+        return StepRow(depth, step, max((now - changed).total_seconds(), 0.0), running=True)
+    end = step.get("finished_at") or changed
     if isinstance(start, datetime) and isinstance(end, datetime):
-        return max((end - start).total_seconds(), 0.0)
-    return None
+        return StepRow(depth, step, max((end - start).total_seconds(), 0.0))
+    return StepRow(depth, step, None)
 
 
-def step_tree(steps: Sequence[Mapping[str, Any]]) -> list[StepRow]:
-    """Rows in depth-first order, children after their parent, siblings in the given order."""
+def step_tree(steps: Sequence[Mapping[str, Any]], now: datetime | None = None
+              ) -> list[StepRow]:
+    """Rows in depth-first order, children after their parent, siblings in the given order;
+    with ``now``, a step still running shows how long it has been running."""
     keys = {str(s["key"]) for s in steps}
     children: dict[str | None, list[Mapping[str, Any]]] = {}
     for step in steps:
@@ -61,10 +69,10 @@ def step_tree(steps: Sequence[Mapping[str, Any]]) -> list[StepRow]:
             if key in seen:
                 continue
             seen.add(key)
-            rows.append(StepRow(depth, step, _seconds(step)))
+            rows.append(_row(depth, step, now))
             walk(key, depth + 1)
 
     walk(None, 0)
     # A parent cycle (not produced by the engine) would hide steps: show them at the root.
-    rows.extend(StepRow(0, s, _seconds(s)) for s in steps if str(s["key"]) not in seen)
+    rows.extend(_row(0, s, now) for s in steps if str(s["key"]) not in seen)
     return rows

@@ -53,8 +53,16 @@ def _ago(value: datetime | None, now: datetime | None = None) -> str:
     return f"{seconds:.0f} s ago"
 
 
-def _when(value: datetime | None) -> str:
-    return "—" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+def _when(value: datetime | str | None) -> str:
+    """A time in UTC, saying so (an ISO string from a snapshot's JSON too)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return str(value)
+    if value is None:
+        return "—"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def _pretty(value: Any) -> str:

@@ -231,7 +231,9 @@ async def test_sagas_are_found_by_the_first_digits_of_their_id(
             assert _cli(live, "show", "ffff", token=VIEWER)[0] == 1
             assert _cli(live, "show", "12", token=VIEWER)[0] == 1
         assert "'abcdef' starts more than one saga id" in err.getvalue()
-        assert "'12' is not a saga id nor its first hex digits (at least 4)" in err.getvalue()
-        assert "no saga id starts with 'ffff'" in err.getvalue()
+        assert ("no saga has the business key '12' (nor is it an id or the first hex digits "
+                "of one, at least 4)") in err.getvalue()
+        assert "no saga id starts with 'ffff', and no saga has it as business key" in (
+            err.getvalue())
 
     await asyncio.to_thread(scenario)

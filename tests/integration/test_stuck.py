@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from coordinator.engine import ReplyReceived
+from coordinator.engine import OperatorRepair, RepairVerb, ReplyReceived
 from coordinator.observability.metrics import CoordinatorMetrics
 from coordinator.observability.scan import WorkerObservability
 from coordinator.observability.settings import ObservabilitySettings, StuckPolicy
@@ -91,6 +91,27 @@ async def test_retrying_sagas_are_flagged_although_they_progress(
     assert sample("sagaflow_step_duration_seconds_count", {**labels, "outcome": "failed"}) == 2
     assert sample("sagaflow_step_duration_seconds_sum", {**labels, "outcome": "failed"}) == 4.0
     assert sample("sagaflow_sagas_started_total", {"saga_type": "tcc_order"}) == 1
+
+
+async def test_an_operator_retry_restarts_the_retry_count_of_the_stuck_scan(
+    store: SagaStore, clock: ManualClock
+) -> None:
+    saga = (await store.start_saga("tcc_order", INPUT)).record
+    await _fail_and_retry(store, clock, 1)
+    (command,) = await outbox_commands(store)  # attempt 2 fails too: waiting for its backoff
+    await store.apply_many([PendingEvent(command.saga_id, ReplyReceived(
+        reply=reply_to(command, (Outcome.FAILED, ErrorKind.TRANSIENT))))])
+    policy = StuckPolicy(max_retries=1)
+    async with store.pool.acquire() as conn:
+        assert [s.saga_id for s in await list_stuck(conn, policy, now=clock.now)] == [
+            saga.saga_id]
+    await store.apply(saga.saga_id, OperatorRepair(verb=RepairVerb.RETRY, actor="alice",
+                                                   reason="fixed the payment gateway"))
+    async with store.pool.acquire() as conn:
+        assert await list_stuck(conn, policy, now=clock.now) == []
+        attempts = await conn.fetchval("SELECT busiest_attempt FROM sagas WHERE id = $1",
+                                       saga.saga_id)
+    assert attempts == 1  # attempt 3 overall, the first of the operator's budget
 
 
 async def test_the_scan_sets_gauges_and_warns_once_per_newly_stuck_saga(

@@ -136,8 +136,11 @@ async def test_search_by_id_prefix_and_whole_id(ui: Browser) -> None:
     assert all(str(i)[:8] not in listed.text for i in ids if not str(i).startswith(prefix))
     jump = await ui.client.get(f"/ui/sagas?q={ids[2]}")
     assert jump.status_code == 303 and jump.headers["location"] == f"/ui/sagas/{ids[2]}"
-    bad = await ui.client.get("/ui/sagas?q=not-hex!")
-    assert bad.status_code == 400
+    unknown = await ui.client.get("/ui/sagas?q=not-hex!&status=dead")  # never a dead end
+    assert unknown.status_code == 200
+    assert "No saga with the id, id prefix or business key “not-hex!” among these" in (
+        unknown.text)
+    assert 'id="saga-filter"' in unknown.text and 'value="not-hex!"' in unknown.text
 
 
 async def test_bulk_repair_needs_the_typed_count(ui: Browser) -> None:

@@ -210,3 +210,51 @@ async def test_fetch_trace_says_why_there_is_no_trace() -> None:
     assert "SAGAFLOW_JAEGER_QUERY" in str(off.problem)
     down = await fetch_trace("http://127.0.0.1:9", tid, wait=1)
     assert "did not answer" in str(down.problem)
+
+
+def test_a_step_in_flight_shows_its_running_time_and_a_finished_one_its_duration() -> None:
+    from datetime import UTC, datetime
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    two = t0 + timedelta(seconds=2)
+    steps = [{"key": "a", "phase": "tried", "started_at": t0, "finished_at": two,
+              "phase_changed_at": two},
+             {"key": "b", "phase": "cancelling", "started_at": t0, "finished_at": two,
+              "phase_changed_at": two + timedelta(seconds=3)}]
+    done, cancelling = step_tree(steps, now=t0 + timedelta(seconds=12))
+    assert (done.seconds, done.running) == (2.0, False)
+    assert (cancelling.seconds, cancelling.running) == (7.0, True)
+    _, still = step_tree(steps)  # no now (a finished or dead saga): no running time
+    assert (still.seconds, still.running) == (2.0, False)
+
+
+def test_the_retry_view_says_when_a_step_tries_again_and_gives_up_at_the_latest() -> None:
+    from datetime import UTC, datetime
+
+    from coordinator.engine.simulate import Simulator
+    from coordinator.store import TimerRecord
+    from coordinator.ui.retries import phase_policies, step_retries
+    from participant_sdk.protocol import Outcome
+    from tests.unit.test_engine_fixtures import AllSaga, compiled
+
+    definition = compiled(AllSaga)
+    sim = Simulator(definition)
+    sim.start({})
+    t0 = sim.current.steps["s1"].outstanding.sent_at  # type: ignore[union-attr]
+    (view,) = step_retries(definition, sim.current, []).values()
+    # FAST: 3 attempts, 1 s backoff doubling up to 4 s; deadline 30 s (the default)
+    assert (view.phase, view.used, view.max_attempts, view.next_what) == ("action", 1, 3,
+                                                                          "reply due")
+    assert view.next_at == t0 + timedelta(seconds=30)
+    assert view.gives_up_by == t0 + timedelta(seconds=30 + 1 + 30 + 2 + 30)
+    sim.reply(Outcome.FAILED)
+    step = sim.current.steps["s1"]
+    assert step.retry_timer is not None
+    due = datetime(2026, 1, 1, tzinfo=UTC)
+    timer = TimerRecord(step.retry_timer, sim.current.saga_id, due, "s1", "action", 1, "retry")
+    (view,) = step_retries(definition, sim.current, [timer]).values()
+    assert (view.next_what, view.next_at) == ("retry", due)
+    assert view.gives_up_by == due + timedelta(seconds=30 + 2 + 30)
+    texts = dict(phase_policies(definition.step("s1")))
+    assert texts["action"].startswith("3 attempts, backoff 1 s times 2 up to 4 s")
+    assert texts["compensate"].startswith("3 attempts, backoff 2 s times 2 up to 10 s")

@@ -37,6 +37,7 @@ def summary(record: SagaRecord, stuck: bool) -> dict[str, Any]:
         "saga_type": record.saga_type,
         "version": record.version,
         "status": state.status,
+        "business_key": record.business_key,
         "stage": state.stage.value,
         "state": state.machine_state(),
         "states": state.machine_states(),
@@ -73,6 +74,8 @@ def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = No
     ]
     return SagaDetail(**summary(record, stuck), input=state.input, steps=steps,
                       result=state.results(), dead_step=state.dead_step,
+                      rollback_reason=state.rollback_reason, dead_reason=state.dead_reason,
+                      repaired=state.repaired, late_ok=state.late_ok,
                       resolution=state.resolution, history_length=record.history_seq,
                       finished_at=state.finished_at,
                       parent_id=state.parent.saga_id if state.parent else None,

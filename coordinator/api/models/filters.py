@@ -38,6 +38,8 @@ class SagaFilter(BaseModel):
     stuck: bool | None = Field(default=None, strict=True)
     #: Some step used at least this many retries (attempts beyond the first) in one phase.
     min_retries: int | None = Field(default=None, ge=0, le=1_000_000, strict=True)
+    #: The id people know the saga by (``Saga.business_key``), exactly.
+    business_key: str | None = Field(default=None, min_length=1, max_length=200)
 
     def is_empty(self) -> bool:
         return all(v is None for v in self.model_dump().values())

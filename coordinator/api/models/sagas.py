@@ -82,6 +82,8 @@ class SagaSummary(BaseModel):
     saga_type: str
     version: int
     status: Status
+    #: The id people know the saga by, if its class declares one (``Saga.business_key``).
+    business_key: str | None = None
     stage: str
     #: The first of ``states`` (kept for clients that show one state).
     state: str
@@ -124,6 +126,15 @@ class SagaDetail(SagaSummary):
     #: Results of the steps whose forward phase succeeded, by step.
     result: dict[str, dict[str, Any] | None]
     dead_step: str | None
+    #: Why the rollback started; kept when the rollback later dies.
+    rollback_reason: str | None = None
+    #: Why the saga is dead, only while it is.
+    dead_reason: str | None = None
+    #: The last repair that took the saga out of ``dead`` (verb, actor, reason, at, and the
+    #: dead step and reason it cleared).
+    repaired: dict[str, Any] | None = None
+    #: A late ``ok`` for the dead step arrived (step, phase, attempt, at): retry completes it.
+    late_ok: dict[str, Any] | None = None
     resolution: dict[str, Any] | None
     history_length: int
     finished_at: datetime | None

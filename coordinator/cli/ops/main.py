@@ -11,16 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 from urllib.parse import quote
-from uuid import UUID
 
 import httpx
 
 from coordinator.cli.ops import schedules, tasks
+from coordinator.cli.ops.http import CliError, find_saga
+from coordinator.cli.ops.http import call as _call
 from coordinator.cli.ops.render import (
     page_params,
     render_dead,
@@ -37,12 +37,7 @@ __all__ = ["main"]
 
 Handler = Callable[[httpx.Client, argparse.Namespace], Any]
 _VERBS = ("retry", "skip", "compensate", "cancel", "resolve")
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+_SAGA_ARG = "saga id, its first hex digits, or its business key"
 
 
 def _json_arg(text: str) -> Any:
@@ -55,46 +50,9 @@ def _json_arg(text: str) -> Any:
     return value
 
 
-def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    try:
-        response = client.request(method, path, **kwargs)
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach the API at {client.base_url}: {exc}", 2) from None
-    if response.status_code >= 400:
-        try:
-            err = response.json()["error"]
-            message = f"{err['code']}: {err['message']}"
-        except (ValueError, KeyError, TypeError):
-            message = response.text[:500]
-        raise CliError(f"HTTP {response.status_code} {message}",
-                       3 if response.status_code >= 500 else 1)
-    if response.status_code == 204:
-        return {}
-    return response.json()
-
-
-def _saga(client: httpx.Client, text: str) -> str:
-    """A saga id from a full id or its first hex digits (hyphens optional): unique, or an error
-    that says why not."""
-    try:
-        return str(UUID(text))
-    except ValueError:
-        pass
-    if not re.fullmatch(r"[0-9a-fA-F]{4}[0-9a-fA-F-]*", text):
-        raise CliError(f"{text!r} is not a saga id nor its first hex digits (at least 4)", 1)
-    page = _call(client, "GET", "/sagas", params={"id_prefix": text, "limit": 2})
-    ids = [item["saga_id"] for item in page["items"]]
-    if not ids:
-        raise CliError(f"no saga id starts with {text!r}", 1)
-    if len(ids) > 1:
-        raise CliError(f"{text!r} starts more than one saga id ({ids[0]}, {ids[1]}, ...): "
-                       "give more digits", 1)
-    return str(ids[0])
-
-
 def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
     names = ("type", "version", "status", "current_step", "min_age_seconds",
-             "max_age_seconds", "min_retries")
+             "max_age_seconds", "min_retries", "business_key")
     params = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if getattr(args, "stuck", False):
         params["stuck"] = "true"
@@ -107,15 +65,15 @@ def cmd_list(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_show(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}")
+    return _call(client, "GET", f"/sagas/{find_saga(client, args.saga_id)}")
 
 
 def cmd_history(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/history")
+    return _call(client, "GET", f"/sagas/{find_saga(client, args.saga_id)}/history")
 
 
 def cmd_diagram(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/diagram")
+    return _call(client, "GET", f"/sagas/{find_saga(client, args.saga_id)}/diagram")
 
 
 def cmd_dead(client: httpx.Client, args: argparse.Namespace) -> Any:
@@ -192,12 +150,12 @@ def cmd_signal(client: httpx.Client, args: argparse.Namespace) -> Any:
         body.update(type=args.start_type, saga_id=args.saga_id, input=args.start_input,
                     signal=args.name)
         return _call(client, "POST", "/signal-with-start", json=body)
-    saga = _saga(client, args.saga_id)
+    saga = find_saga(client, args.saga_id)
     return _call(client, "POST", f"/sagas/{saga}/signals/{args.name}", json=body)
 
 
 def cmd_query(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/queries/{args.name}")
+    return _call(client, "GET", f"/sagas/{find_saga(client, args.saga_id)}/queries/{args.name}")
 
 
 def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,7 +172,7 @@ def _repair_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_repair(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "POST", f"/sagas/{_saga(client, args.saga_id)}/{args.command}",
+    return _call(client, "POST", f"/sagas/{find_saga(client, args.saga_id)}/{args.command}",
                  json=_repair_body(args))
 
 
@@ -234,7 +192,7 @@ def cmd_job(client: httpx.Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
-    return _call(client, "GET", f"/sagas/{_saga(client, args.saga_id)}/verify")
+    return _call(client, "GET", f"/sagas/{find_saga(client, args.saga_id)}/verify")
 
 
 def cmd_bulk_verify(client: httpx.Client, args: argparse.Namespace) -> Any:
@@ -286,8 +244,8 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
     elif command == "tasks":
         tasks.render_tasks(args, data, out)
     elif command == "list":
-        out.write(table(data["items"], ["saga_id", "saga_type", "version", "status", "state",
-                                        "retries", "stuck", "created_at"]))
+        out.write(table(data["items"], ["saga_id", "business_key", "saga_type", "version",
+                                        "status", "state", "retries", "stuck", "created_at"]))
         write_next_page(data, out)
     elif command in ("show", "start", *_VERBS):
         out.write(render_saga(data))
@@ -343,6 +301,8 @@ def _add_filter(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stuck", action="store_true", help="only stuck sagas")
     p.add_argument("--min-retries", dest="min_retries", type=int,
                    help="some step retried at least this many times")
+    p.add_argument("--business-key", dest="business_key",
+                   help="the id the saga is known by (its class's business key)")
 
 
 def _add_repair_options(p: argparse.ArgumentParser, verb: str) -> None:
@@ -399,7 +359,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, fn, text in (("show", cmd_show, "a saga's status and steps"),
                            ("history", cmd_history, "a saga's event history"),
                            ("diagram", cmd_diagram, "a saga's Mermaid diagram")):
-        add(name, fn, text).add_argument("saga_id", help="saga id, or its first hex digits")
+        add(name, fn, text).add_argument("saga_id", help=_SAGA_ARG)
     p = add("dead", cmd_dead, "the dead-saga queue")
     p.add_argument("--type", help="saga type")
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
@@ -447,11 +407,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", dest="start_input", type=_json_arg, default={},
                    help="with --start: the saga's input (JSON object)")
     p = add("query", cmd_query, "answer a query declared on the saga's class")
-    p.add_argument("saga_id", help="saga id, or its first hex digits")
+    p.add_argument("saga_id", help=_SAGA_ARG)
     p.add_argument("name", help="the query's name")
     for verb in _VERBS:
         p = add(verb, cmd_repair, f"{verb} a dead or stuck saga")
-        p.add_argument("saga_id", help="saga id, or its first hex digits")
+        p.add_argument("saga_id", help=_SAGA_ARG)
         _add_repair_options(p, verb)
     p = add("bulk", cmd_bulk, "apply a repair verb to every matching saga (a durable job)")
     p.add_argument("verb", choices=_VERBS, help="the repair verb")
@@ -461,7 +421,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="refuse the job when more sagas match (default 1000)")
     add("job", cmd_job, "a bulk repair job's progress and results").add_argument("job_id")
     add("verify", cmd_verify, "replay a saga's history and compare it with its snapshot"
-        ).add_argument("saga_id", help="saga id, or its first hex digits")
+        ).add_argument("saga_id", help=_SAGA_ARG)
     p = add("bulk-verify", cmd_bulk_verify, "replay-verify every matching saga (a durable job)")
     _add_filter(p)
     p.add_argument("--reason", "-r", help="why (recorded with the job)")

@@ -58,10 +58,22 @@ def render_saga(data: Mapping[str, Any]) -> str:
     head = [f"saga     {data['saga_id']}",
             f"type     {data['saga_type']} v{data['version']}",
             f"status   {data['status']} ({data['state']})"]
-    if data.get("reason"):
-        head.append(f"reason   {data['reason']}")
+    reason = data.get("reason")
+    if reason and reason not in (data.get("dead_reason"), data.get("rollback_reason")):
+        head.append(f"reason   {reason}")
+    if data.get("rollback_reason"):
+        head.append(f"rollback {data['rollback_reason']}")
     if data.get("dead_step"):
-        head.append(f"dead at  {data['dead_step']}")
+        head.append(f"dead at  {data['dead_step']}: {data.get('dead_reason') or reason}")
+    late = data.get("late_ok")
+    if late:
+        head.append(f"late ok  {late['step']} {late['phase']} attempt {late['attempt']} at "
+                    f"{late['at']}: a retry will complete it")
+    repaired = data.get("repaired")
+    if repaired:
+        head.append(f"repaired {repaired['verb']} by {repaired['actor']} at {repaired['at']} "
+                    f"({repaired['reason']}); it was dead at {repaired['dead_step']}: "
+                    f"{repaired['dead_reason']}")
     if len(data.get("active_steps") or ()) > 1:  # parallel branches, for-each items
         head.append(f"active   {', '.join(data['active_steps'])} (repair verbs need --step)")
     if data.get("parent_id"):

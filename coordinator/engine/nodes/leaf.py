@@ -122,5 +122,5 @@ def go_dead(w: Work, key: str, reason: str) -> None:
     if w.get("status") is Status.DEAD and w.get("dead_step") not in (None, key):
         w.note(f"{key} gave up too (saga already dead at {w.get('dead_step')}): {reason}")
         return
-    w.update(status=Status.DEAD, dead_step=key, reason=reason)
+    w.update(status=Status.DEAD, dead_step=key, reason=reason, dead_reason=reason)
     w.note(f"saga dead at {key}: {reason}")

@@ -29,6 +29,7 @@ from coordinator.runtime.functions.handlers import (
 )
 from coordinator.runtime.hints.results import SagaEndHints, start_saga_end_hints
 from coordinator.runtime.hints.timers import TimerHintListener
+from coordinator.runtime.late_ok import LateOkResumer
 from coordinator.runtime.publishing import CommandPublishing, start_command_publishing
 from coordinator.runtime.signal_batch import handle_signal_batch
 from coordinator.runtime.signal_wire import signal_topic
@@ -84,6 +85,7 @@ class Worker:
         self._started = False
         self._stopped = False
         self._publishing: CommandPublishing | None = None
+        self._late_ok: LateOkResumer | None = None
         #: Metrics and the periodic in-flight/stuck scan (created by start()).
         self.observability: WorkerObservability | None = None
         #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
@@ -129,6 +131,9 @@ class Worker:
                 await self.store.close()
             raise
         self.store.add_timer_listener(self._on_timer_scheduled)
+        if s.resume_on_late_ok:
+            self._late_ok = LateOkResumer(self.store)
+            self._late_ok.start()
         if s.timer_hints:
             self._hints = TimerHintListener(
                 lambda: asyncpg.connect(s.dsn, server_settings={
@@ -198,6 +203,8 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._late_ok is not None:
+            await self._late_ok.stop()
         if self._publishing is not None:
             await self._publishing.stop()
         if self._offsets is not None:
