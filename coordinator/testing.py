@@ -36,6 +36,7 @@ from coordinator.engine import (
     SagaStarted,
     SagaState,
     compile_saga,
+    node_results,
 )
 from coordinator.engine.decision import ChildStart, Decision, Delivery, TimerRequest
 from coordinator.engine.nested import answer_unknown_child, refuse_child
@@ -192,7 +193,8 @@ class SagaRun:
         return self.sim.now
 
     def results(self) -> dict[str, Any]:
-        return self.state.results()
+        """Every succeeded node's result, composites included, as the API gives them."""
+        return node_results(self.sim.definition, self.state)
 
     def child(self, node: str) -> SagaRun:
         """The child saga the ``ChildSaga`` node ``node`` of this saga started."""

@@ -60,8 +60,8 @@ def _error(state: SagaState, key: str | None) -> ErrorOut | None:
                                              at=err.at)
 
 
-def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = None
-           ) -> SagaDetail:
+def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = None,
+           results: dict[str, Any] | None = None) -> SagaDetail:
     state = record.state
     steps = [
         StepOut(key=s.key, node=s.node, parent=s.parent, phase=s.phase,
@@ -72,7 +72,8 @@ def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = No
         for s in state.steps.values()
     ]
     return SagaDetail(**summary(record, stuck), input=state.input, steps=steps,
-                      result=state.results(), dead_step=state.dead_step,
+                      result=state.results() if results is None else results,
+                      dead_step=state.dead_step,
                       resolution=state.resolution, history_length=record.history_seq,
                       finished_at=state.finished_at,
                       parent_id=state.parent.saga_id if state.parent else None,
