@@ -12,7 +12,8 @@ folds every event through ``advance``) and answers each command with the partici
 handlers behind the SDK's in-memory barrier (``participant_sdk.testing.ParticipantHarness``).
 The clock is virtual: when nothing is in flight it jumps to the next due timer (a sleep's
 wake-up, a signal's timeout, a retry backoff, a delayed start), so days take no time.
-Signals and queries go through the same validation as the API. Child sagas run too, each its
+Signals, queries and operator repairs go through the same checks as the API (a signal id is
+applied once, a finished saga refuses signals with ``SagaFinished``). Child sagas run too, each its
 own saga with its own history, started with the parent's decision and answered through
 deliveries applied in the receiver's own ``advance``, as the store and the timer loop do:
 pass their classes as ``children`` (those a ``ChildSaga`` names by class are found alone),
@@ -31,19 +32,23 @@ from pydantic import BaseModel
 
 from coordinator.engine import (
     CompiledSaga,
+    OperatorRepair,
     ParentRequest,
+    RepairVerb,
     ReplyReceived,
     SagaStarted,
     SagaState,
     compile_saga,
     node_results,
 )
-from coordinator.engine.decision import ChildStart, Decision, Delivery, TimerRequest
+from coordinator.engine.decision import ChildStart, Delivery, TimerRequest
 from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.simulate import Simulator
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
 from coordinator.sagas.queries import run_query
+from coordinator.store.errors import SagaFinished
+from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
 from participant_sdk import Participant
 from participant_sdk.testing import ParticipantHarness
@@ -115,6 +120,8 @@ class _Family:
         self.env = env
         self.sagas: dict[uuid.UUID, Simulator] = {}
         self._seen: dict[uuid.UUID, int] = {}
+        #: (saga id, signal id) of every signal applied, consumed or not: the store's rows.
+        self.signal_ids: set[tuple[uuid.UUID, str]] = set()
 
     def add(self, sim: Simulator) -> Simulator:
         self.sagas[sim.saga_id] = sim
@@ -245,13 +252,35 @@ class SagaRun:
         raise AssertionError(f"saga did not settle in {max_jumps} timer jumps")
 
     async def signal(self, name: str, payload: BaseModel | dict[str, Any] | None = None, *,
-                     signal_id: str | None = None) -> Decision:
-        """Send a signal, validated as the API validates it, then run until idle."""
+                     signal_id: str | None = None) -> SignalResult:
+        """Send a signal as the API does, then run until idle: the payload validated, an id
+        already applied answered ``duplicate`` (even once a wait consumed it), a finished
+        saga refusing it with :class:`SagaFinished`."""
         body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
-        decision = self.sim.signal(name, signal_payload(self.env.definition, name, body),
-                                   signal_id=signal_id)
+        data = signal_payload(self.sim.definition, name, body)
+        sid = signal_id or str(uuid.uuid4())
+        if (self.sim.saga_id, sid) in self.family.signal_ids:
+            return SignalResult(self.sim.saga_id, sid, name, duplicate=True)
+        if self.state.status.is_terminal:
+            raise SagaFinished(self.sim.saga_id, self.status)
+        self.sim.signal(name, data, signal_id=sid)
+        self.family.signal_ids.add((self.sim.saga_id, sid))
         await self.run_until_idle()
-        return decision
+        return SignalResult(self.sim.saga_id, sid, name, duplicate=False)
+
+    async def repair(self, verb: RepairVerb | str, reason: str, *, actor: str = "kit",
+                     step: str | None = None, payload: dict[str, Any] | None = None,
+                     result: dict[str, Any] | None = None, status: str | None = None) -> str:
+        """An operator repair (retry, skip, compensate, cancel, resolve), checked by the
+        engine as the API's (``InvalidTransition`` says why not), then run until idle; the
+        saga's status then."""
+        verb = RepairVerb(verb)
+        if verb is RepairVerb.RESOLVE:
+            payload = {"status": status or "completed"}
+        self.sim.apply(OperatorRepair(verb=verb, actor=actor, reason=reason, step=step,
+                                      payload=payload, result=result))
+        await self.run_until_idle()
+        return self.status
 
     def query(self, name: str, model: type[M] | None = None) -> M | dict[str, Any]:
         answer = run_query(self.env.definition, self.state, name)
