@@ -38,16 +38,19 @@ from coordinator.engine import (
     ReplyReceived,
     SagaStarted,
     SagaState,
+    SignalReceived,
+    advance,
     compile_saga,
     node_results,
 )
 from coordinator.engine.decision import ChildStart, Delivery, TimerRequest
 from coordinator.engine.nested import answer_unknown_child, refuse_child
+from coordinator.engine.signals import kept_over_bound
 from coordinator.engine.simulate import Simulator
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
 from coordinator.sagas.queries import run_query
-from coordinator.store.errors import SagaFinished
+from coordinator.store.errors import SagaFinished, TooManySignals
 from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
 from participant_sdk import Participant
@@ -255,7 +258,8 @@ class SagaRun:
                      signal_id: str | None = None) -> SignalResult:
         """Send a signal as the API does, then run until idle: the payload validated, an id
         already applied answered ``duplicate`` (even once a wait consumed it), a finished
-        saga refusing it with :class:`SagaFinished`."""
+        saga refusing it with :class:`SagaFinished`, one signal more than the class keeps
+        with :class:`TooManySignals`."""
         body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         data = signal_payload(self.sim.definition, name, body)
         sid = signal_id or str(uuid.uuid4())
@@ -263,7 +267,12 @@ class SagaRun:
             return SignalResult(self.sim.saga_id, sid, name, duplicate=True)
         if self.state.status.is_terminal:
             raise SagaFinished(self.sim.saga_id, self.status)
-        self.sim.signal(name, data, signal_id=sid)
+        event = SignalReceived(signal_id=sid, name=name, payload=data)
+        why = kept_over_bound(self.sim.definition, advance(
+            self.sim.definition, self.state, event, self.sim.now).state, name)
+        if why is not None:
+            raise TooManySignals(self.sim.saga_id, why)
+        self.sim.apply(event)
         self.family.signal_ids.add((self.sim.saga_id, sid))
         await self.run_until_idle()
         return SignalResult(self.sim.saga_id, sid, name, duplicate=False)

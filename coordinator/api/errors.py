@@ -37,6 +37,7 @@ from coordinator.store import (
     SagaFinished,
     SagaNotFound,
     StoreError,
+    TooManySignals,
     TransientStoreError,
     UnknownSagaType,
     UnknownSagaVersion,
@@ -127,7 +128,7 @@ def _store_status(exc: StoreError) -> int:
         return 422
     if isinstance(exc, (SagaNotFound, UnknownSignal)):
         return 404
-    if isinstance(exc, (SagaConflict, SagaFinished)):
+    if isinstance(exc, (SagaConflict, SagaFinished, TooManySignals)):
         return 409
     if isinstance(exc, TransientStoreError):
         return 503

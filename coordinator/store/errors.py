@@ -11,6 +11,7 @@ Hierarchy::
     ├── SagaFinished            a signal to a saga that already finished
     ├── UnknownSignal           the saga's type waits for no signal of that name
     ├── InvalidSignalPayload    a signal's payload fails its model (pydantic errors)
+    ├── TooManySignals          the saga keeps as many untaken signals as its class allows
     └── TransientStoreError     serialization failure, deadlock, lost connection: retry
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "SagaFinished",
     "SagaNotFound",
     "StoreError",
+    "TooManySignals",
     "TransientStoreError",
     "UnknownSagaType",
     "UnknownSagaVersion",
@@ -94,6 +96,17 @@ class SagaConflict(StoreError):
     def __init__(self, saga_id: UUID, reason: str) -> None:
         self.saga_id = saga_id
         super().__init__(f"saga {saga_id} already exists {reason}")
+
+
+class TooManySignals(StoreError):
+    """One more kept signal would pass the saga class's bound (``max_kept_signals``,
+    ``max_kept_signals_per_name``): refused, nothing written (HTTP 409)."""
+
+    code = "too_many_signals"
+
+    def __init__(self, saga_id: UUID, why: str) -> None:
+        self.saga_id = saga_id
+        super().__init__(f"signal refused: {why}")
 
 
 class SagaFinished(StoreError):

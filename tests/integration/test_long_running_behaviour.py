@@ -56,6 +56,7 @@ class SleepThenSignal(Saga):
     steps = (_book("open"), Sleep("grace", SECOND),
              WaitForSignal("confirm", "confirmed", payload=Confirm, timeout=timedelta(seconds=30)),
              _book("close"))
+    max_kept_signals_per_name = 2
     queries = {
         "progress": lambda q: Progress(status=q.status,
                                        by=(q.results.get("confirm") or {}).get("by")),
@@ -258,3 +259,15 @@ async def test_a_dead_saga_is_retried_then_skipped_by_an_operator(driver: Driver
     with pytest.raises(Refused) as resolve:
         await driver.repair(saga_id, "resolve", "again", status="completed")
     assert resolve.value.code == "invalid_transition"
+
+
+async def test_signals_past_the_bound_nobody_takes_are_refused(driver: Driver) -> None:
+    saga_id = await driver.start(SleepThenSignal)  # sleeping: nothing takes a signal yet
+    for n in range(2):
+        assert await driver.signal(saga_id, "confirmed", {"by": f"s{n}"}) is False
+    with pytest.raises(Refused) as third:
+        await driver.signal(saga_id, "confirmed", {"by": "s2"})
+    assert third.value.code == "too_many_signals"
+    assert "max_kept_signals_per_name=2" in third.value.message
+    assert await driver.finish(saga_id) == "completed"
+    assert (await driver.results(saga_id))["confirm"] == {"by": "s0"}  # the first one kept

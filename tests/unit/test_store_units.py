@@ -22,7 +22,7 @@ def test_public_surface_is_pinned() -> None:
         "SagaConflict", "SagaNotFound", "SagaPage", "SagaRecord", "SagaStore", "StartResult",
         "StoreError", "TimerRecord", "TransientStoreError", "UnknownSagaType",
         "UnknownSagaVersion", "VerifyResult", "InvalidSignalPayload", "SagaFinished",
-        "SignalResult", "UnknownSignal",
+        "SignalResult", "TooManySignals", "UnknownSignal",
     }
     assert set(worker_pkg.__all__) == {
         "SagaImportError", "Worker", "WorkerStateError", "build_registry", "import_saga",
