@@ -75,7 +75,7 @@ def _items(w: Work, node: CompiledGroup, key: str, scope: Scope,
             return progress
         if progress is Progress.WAITING:
             waiting, active = True, active + 1
-        elif child_key == f"{key}[{walked}]":
+        elif child_key == foreach.item_key(key, walked):
             walked += 1
     if walked != state.walked:
         w.update_step(key, walked=walked)

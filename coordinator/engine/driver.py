@@ -3,9 +3,9 @@
 Forward walks the node tree; each node kind decides what starts and when it is done. When
 the whole tree succeeded, every tried TCC step (in every branch) is confirmed, a for-each's
 at most ``max_concurrency`` at a time, and the saga completes when the last confirm is
-acknowledged. When a node fails for good and no race
-absorbs it, rollback undoes everything that was, or may have been, applied: one child at a
-time in reverse order of completion inside sequences, independent branches at once.
+acknowledged. When a node fails for good and no race absorbs it, rollback undoes everything
+that was, or may have been, applied: one child at a time in reverse order of completion
+inside sequences, independent branches at once.
 Branches a race gave up on are undone in the background, whatever the stage. A child saga
 whose tree succeeded is ``prepared``: it confirms or rolls back when its parent says so.
 """
