@@ -50,7 +50,7 @@ from coordinator.engine.simulate import Simulator
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
 from coordinator.sagas.queries import run_query
-from coordinator.store.errors import SagaFinished, TooManySignals
+from coordinator.store.errors import SagaConflict, SagaFinished, TooManySignals
 from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
 from participant_sdk import Participant
@@ -80,6 +80,8 @@ class SagaTestEnv:
             raise ValueError(f"{saga.name} sends to participants not given: "
                              f"{', '.join(sorted(missing))}")
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
+        #: The sagas this env started, by id (signal-with-start finds them here).
+        self.runs: dict[uuid.UUID, SagaRun] = {}
 
     async def start(self, input: BaseModel | dict[str, Any], *,
                     saga_id: uuid.UUID | None = None, start_at: datetime | None = None
@@ -91,8 +93,30 @@ class SagaTestEnv:
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else dict(input)
         sim.start(data, start_at=start_at)
         run = SagaRun(self, sim, family)
+        self.runs[sim.saga_id] = run
         await run.run_until_idle()
         return run
+
+    async def signal_with_start(self, input: BaseModel | dict[str, Any], name: str,
+                                payload: BaseModel | dict[str, Any] | None = None, *,
+                                saga_id: uuid.UUID, signal_id: str | None = None
+                                ) -> tuple[SagaRun, SignalResult]:
+        """Start the saga ``saga_id`` if this env has not (the same id with another input:
+        :class:`SagaConflict`), then signal it, as the API's ``/signal-with-start``: a
+        signal refused starts nothing."""
+        data = input.model_dump(mode="json") if isinstance(input, BaseModel) else dict(input)
+        data = self.definition.input_model.model_validate(data).model_dump(mode="json")
+        run = self.runs.get(saga_id)
+        first = run.sim.history[0].event if run is not None else None
+        if isinstance(first, SagaStarted) and first.input != data:
+            raise SagaConflict(saga_id, "with a different input")
+        if run is None:
+            body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+            signal_payload(self.definition, name, body)  # refused: nothing starts
+            run = await self.start(data, saga_id=saga_id)
+            return run, dataclasses.replace(
+                await run.signal(name, payload, signal_id=signal_id), started=True)
+        return run, await run.signal(name, payload, signal_id=signal_id)
 
 
 def _child_classes(saga: type[Saga]) -> set[type[Saga]]:

@@ -42,6 +42,10 @@ class Driver(Protocol):
     async def signal(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any], *,
                      signal_id: str | None = None) -> bool:
         """True when the signal id was already applied (a duplicate)."""
+    async def signal_with_start(self, saga: type[Saga], saga_id: uuid.UUID, name: str,
+                                payload: dict[str, Any], *, signal_id: str
+                                ) -> tuple[bool, bool]:
+        """(started, duplicate)."""
     async def query(self, saga_id: uuid.UUID, name: str) -> dict[str, Any]: ...
     async def repair(self, saga_id: uuid.UUID, verb: str, reason: str,
                      **options: Any) -> str:
@@ -84,6 +88,17 @@ class KitDriver:
         except (StoreError, InvalidTransition) as exc:
             raise _refused(exc) from exc
         return sent.duplicate
+
+    async def signal_with_start(self, saga: type[Saga], saga_id: uuid.UUID, name: str,
+                                payload: dict[str, Any], *, signal_id: str
+                                ) -> tuple[bool, bool]:
+        try:
+            run, sent = await self.envs[saga.name].signal_with_start(
+                {}, name, payload, saga_id=saga_id, signal_id=signal_id)
+        except (StoreError, InvalidTransition) as exc:
+            raise _refused(exc) from exc
+        self.runs[saga_id] = run
+        return sent.started, sent.duplicate
 
     async def query(self, saga_id: uuid.UUID, name: str) -> dict[str, Any]:
         try:
@@ -140,6 +155,13 @@ class ApiDriver:
         sent = await self._call(self.client.signal(saga_id, name, payload,
                                                    signal_id=signal_id))
         return bool(sent["duplicate"])
+
+    async def signal_with_start(self, saga: type[Saga], saga_id: uuid.UUID, name: str,
+                                payload: dict[str, Any], *, signal_id: str
+                                ) -> tuple[bool, bool]:
+        sent = await self._call(self.client.signal_with_start(saga, saga_id, {}, name, payload,
+                                                              signal_id=signal_id))
+        return bool(sent["started"]), bool(sent["duplicate"])
 
     async def query(self, saga_id: uuid.UUID, name: str) -> dict[str, Any]:
         answer: dict[str, Any] = await self._call(self.client.query(saga_id, name))

@@ -6,6 +6,7 @@ operator repairs. Each case checks the status and the participants' own effects 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -271,3 +272,18 @@ async def test_signals_past_the_bound_nobody_takes_are_refused(driver: Driver) -
     assert "max_kept_signals_per_name=2" in third.value.message
     assert await driver.finish(saga_id) == "completed"
     assert (await driver.results(saga_id))["confirm"] == {"by": "s0"}  # the first one kept
+
+
+async def test_signal_with_start_starts_once_and_delivers_once(driver: Driver) -> None:
+    saga_id = uuid.uuid4()
+    with pytest.raises(Refused) as bad:  # refused: nothing starts
+        await driver.signal_with_start(SleepThenSignal, saga_id, "confirmed", {"by": 7},
+                                       signal_id="s-0")
+    assert bad.value.code == "invalid_signal_payload"
+    assert await driver.signal_with_start(SleepThenSignal, saga_id, "confirmed",
+                                          {"by": "ada"}, signal_id="s-1") == (True, False)
+    assert await driver.signal_with_start(SleepThenSignal, saga_id, "confirmed",
+                                          {"by": "ada"}, signal_id="s-1") == (False, True)
+    assert await driver.finish(saga_id) == "completed"
+    assert (await driver.results(saga_id))["confirm"] == {"by": "ada"}
+    assert await driver.effects(saga_id) == [("open", "booked"), ("close", "booked")]
