@@ -15,6 +15,10 @@ body one compensable saga step) on a fresh, migrated database of the real Postgr
   (``coordinator.engine.simulate.Simulator``), CPU per reply of ``advance`` alone and of the
   encoding the store adds: the spine and the nodes that changed (``coordinator.store.nodes``).
 
+- **paths** (issue 37): the pure core's CPU per event on every path of a for-each of TCC
+  items, forward, confirm, rollback and repair (``bench.foreach_paths``), and the most
+  commands one decision sent (the bound: ``max_concurrency``).
+
 Sizes are measured in turn within each round (same machine load); each figure is the median
 over rounds, and every ratio is to the 10-item figure of the same run. ``--json PATH`` writes
 the raw figures.
@@ -37,6 +41,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from bench.foreach_paths import measure_paths, render_paths
 from bench.foreach_sagas import MAX_LINES, ShipEach
 from bench.stack import cpu_seconds, dsn_for
 from coordinator.engine import ReplyReceived, compile_saga
@@ -229,6 +234,7 @@ async def run(admin_dsn: str, sizes: Sequence[int], replies: int, rounds: int, b
         "engine": {s: _median(engine_runs[s]) for s in sizes},
         "store_runs": {s: [asdict(f) for f in store_runs[s]] for s in sizes},
         "engine_runs": {s: [asdict(f) for f in engine_runs[s]] for s in sizes},
+        "paths": measure_paths(sizes, replies, rounds),
     }
 
 
@@ -269,7 +275,7 @@ def render(results: dict[str, Any]) -> str:
     load = ", ".join(f"{v:.2f}" for v in results["load_average"])
     lines.append(f"rounds {results['rounds']} (medians), replies per transaction "
                  f"{results['batch']}, load average at the end {load}")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + render_paths(results["paths"])
 
 
 def _sizes(text: str) -> list[int]:

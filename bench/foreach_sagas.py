@@ -16,9 +16,9 @@ from pydantic import Field
 
 from bench.sagas import BenchInput
 from coordinator.language.nodes import ForEach
-from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext
+from coordinator.language.saga import RetryPolicy, Saga, SagaStep, StepContext, TccStep
 
-__all__ = ["CONCURRENCY", "MAX_LINES", "ForEachInput", "ShipEach"]
+__all__ = ["CONCURRENCY", "MAX_LINES", "ForEachInput", "HoldEach", "ShipEach"]
 
 MAX_LINES = 1000
 CONCURRENCY = 10
@@ -50,4 +50,22 @@ class ShipEach(Saga):
                 body=(SagaStep("ship", "shipping", "ship", compensable=True, payload=_shipment,
                                retry=RetryPolicy(max_attempts=5), deadline=_DEADLINE,
                                rollback_deadline=_DEADLINE),)),
+    )
+
+
+def _hold(ctx: StepContext[ForEachInput]) -> dict[str, Any]:
+    return {"customer": ctx.input.customer_id, "line": ctx.index}
+
+
+class HoldEach(Saga):
+    """One TCC hold per line, ten at a time, then a TCC ``check``: refused, the saga rolls
+    every hold back (cancels); accepted, it confirms every hold (issue 37's paths)."""
+
+    name = "bench_hold_each"
+    input_model = ForEachInput
+    steps = (
+        ForEach("lines", items=_lines, max_concurrency=CONCURRENCY, max_items=MAX_LINES,
+                body=(TccStep("hold", "payments", "hold", payload=_hold, deadline=_DEADLINE,
+                              rollback_deadline=_DEADLINE),)),
+        TccStep("check", "payments", "check", deadline=_DEADLINE, rollback_deadline=_DEADLINE),
     )

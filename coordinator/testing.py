@@ -12,10 +12,11 @@ folds every event through ``advance``) and answers each command with the partici
 handlers behind the SDK's in-memory barrier (``participant_sdk.testing.ParticipantHarness``).
 The clock is virtual: when nothing is in flight it jumps to the next due timer (a sleep's
 wake-up, a signal's timeout, a retry backoff, a delayed start, a task's reminder), so days
-take no time. Human tasks are completed as a given person (``run.complete``), their reminders,
-escalations and timeouts skipped to (``run.skip_to``), and what they published read back
-(``run.notifications``).
-Signals and queries go through the same validation as the API. Child sagas run too, each its
+take no time. Signals, queries and operator repairs go through the same checks as the API (a
+signal id is applied once, a finished saga refuses signals with ``SagaFinished``). Human tasks
+are completed as a given person (``run.complete``), their reminders, escalations and timeouts
+skipped to (``run.skip_to``), and what they published read back (``run.notifications``).
+Child sagas run too, each its
 own saga with its own history, started with the parent's decision and answered through
 deliveries applied in the receiver's own ``advance``, as the store and the timer loop do:
 pass their classes as ``children`` (those a ``ChildSaga`` names by class are found alone),
@@ -34,11 +35,16 @@ from pydantic import BaseModel
 
 from coordinator.engine import (
     CompiledSaga,
+    OperatorRepair,
     ParentRequest,
+    RepairVerb,
     ReplyReceived,
     SagaStarted,
     SagaState,
+    SignalReceived,
+    advance,
     compile_saga,
+    node_results,
 )
 from coordinator.engine.decision import (
     ChildStart,
@@ -49,10 +55,13 @@ from coordinator.engine.decision import (
 )
 from coordinator.engine.events import TimerKind
 from coordinator.engine.nested import answer_unknown_child, refuse_child
+from coordinator.engine.signals import kept_over_bound
 from coordinator.engine.simulate import Simulator
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
 from coordinator.sagas.queries import run_query
+from coordinator.store.errors import SagaConflict, SagaFinished, TooManySignals
+from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
 from participant_sdk import Participant
 from participant_sdk.testing import ParticipantHarness
@@ -81,6 +90,8 @@ class SagaTestEnv:
             raise ValueError(f"{saga.name} sends to participants not given: "
                              f"{', '.join(sorted(missing))}")
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
+        #: The sagas this env started, by id (signal-with-start finds them here).
+        self.runs: dict[uuid.UUID, SagaRun] = {}
 
     async def start(self, input: BaseModel | dict[str, Any], *,
                     saga_id: uuid.UUID | None = None, start_at: datetime | None = None,
@@ -92,8 +103,30 @@ class SagaTestEnv:
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else dict(input)
         sim.start(data, start_at=start_at, started_by=started_by)
         run = SagaRun(self, sim, family)
+        self.runs[sim.saga_id] = run
         await run.run_until_idle()
         return run
+
+    async def signal_with_start(self, input: BaseModel | dict[str, Any], name: str,
+                                payload: BaseModel | dict[str, Any] | None = None, *,
+                                saga_id: uuid.UUID, signal_id: str | None = None
+                                ) -> tuple[SagaRun, SignalResult]:
+        """Start the saga ``saga_id`` if this env has not (the same id with another input:
+        :class:`SagaConflict`), then signal it, as the API's ``/signal-with-start``: a
+        signal refused starts nothing."""
+        data = input.model_dump(mode="json") if isinstance(input, BaseModel) else dict(input)
+        data = self.definition.input_model.model_validate(data).model_dump(mode="json")
+        run = self.runs.get(saga_id)
+        first = run.sim.history[0].event if run is not None else None
+        if isinstance(first, SagaStarted) and first.input != data:
+            raise SagaConflict(saga_id, "with a different input")
+        if run is None:
+            body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+            signal_payload(self.definition, name, body)  # refused: nothing starts
+            run = await self.start(data, saga_id=saga_id)
+            return run, dataclasses.replace(
+                await run.signal(name, payload, signal_id=signal_id), started=True)
+        return run, await run.signal(name, payload, signal_id=signal_id)
 
 
 def _child_classes(saga: type[Saga]) -> set[type[Saga]]:
@@ -124,6 +157,8 @@ class _Family:
         self.env = env
         self.sagas: dict[uuid.UUID, Simulator] = {}
         self._seen: dict[uuid.UUID, int] = {}
+        #: (saga id, signal id) of every signal applied, consumed or not: the store's rows.
+        self.signal_ids: set[tuple[uuid.UUID, str]] = set()
 
     def add(self, sim: Simulator) -> Simulator:
         self.sagas[sim.saga_id] = sim
@@ -202,7 +237,8 @@ class SagaRun:
         return self.sim.now
 
     def results(self) -> dict[str, Any]:
-        return self.state.results()
+        """Every succeeded node's result, composites included, as the API gives them."""
+        return node_results(self.sim.definition, self.state)
 
     def child(self, node: str) -> SagaRun:
         """The child saga the ``ChildSaga`` node ``node`` of this saga started."""
@@ -253,13 +289,41 @@ class SagaRun:
         raise AssertionError(f"saga did not settle in {max_jumps} timer jumps")
 
     async def signal(self, name: str, payload: BaseModel | dict[str, Any] | None = None, *,
-                     signal_id: str | None = None) -> Decision:
-        """Send a signal, validated as the API validates it, then run until idle."""
+                     signal_id: str | None = None) -> SignalResult:
+        """Send a signal as the API does, then run until idle: the payload validated, an id
+        already applied answered ``duplicate`` (even once a wait consumed it), a finished
+        saga refusing it with :class:`SagaFinished`, one signal more than the class keeps
+        with :class:`TooManySignals`."""
         body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
-        decision = self.sim.signal(name, signal_payload(self.env.definition, name, body),
-                                   signal_id=signal_id)
+        data = signal_payload(self.sim.definition, name, body)
+        sid = signal_id or str(uuid.uuid4())
+        if (self.sim.saga_id, sid) in self.family.signal_ids:
+            return SignalResult(self.sim.saga_id, sid, name, duplicate=True)
+        if self.state.status.is_terminal:
+            raise SagaFinished(self.sim.saga_id, self.status)
+        event = SignalReceived(signal_id=sid, name=name, payload=data)
+        why = kept_over_bound(self.sim.definition, advance(
+            self.sim.definition, self.state, event, self.sim.now).state, name)
+        if why is not None:
+            raise TooManySignals(self.sim.saga_id, why)
+        self.sim.apply(event)
+        self.family.signal_ids.add((self.sim.saga_id, sid))
         await self.run_until_idle()
-        return decision
+        return SignalResult(self.sim.saga_id, sid, name, duplicate=False)
+
+    async def repair(self, verb: RepairVerb | str, reason: str, *, actor: str = "kit",
+                     step: str | None = None, payload: dict[str, Any] | None = None,
+                     result: dict[str, Any] | None = None, status: str | None = None) -> str:
+        """An operator repair (retry, skip, compensate, cancel, resolve), checked by the
+        engine as the API's (``InvalidTransition`` says why not), then run until idle; the
+        saga's status then."""
+        verb = RepairVerb(verb)
+        if verb is RepairVerb.RESOLVE:
+            payload = {"status": status or "completed"}
+        self.sim.apply(OperatorRepair(verb=verb, actor=actor, reason=reason, step=step,
+                                      payload=payload, result=result))
+        await self.run_until_idle()
+        return self.status
 
     # -- human tasks ----------------------------------------------------------------------
 

@@ -88,8 +88,10 @@ class CommandProcessor:
         self.metrics = metrics
         self.after_commit = after_commit
 
-    async def process(self, record: KafkaRecord) -> OutgoingReply | None:
-        """The reply to publish for ``record``, or None when it became a dead letter.
+    async def process(self, record: KafkaRecord, command: CommandEnvelope | None = None
+                      ) -> OutgoingReply | None:
+        """The reply to publish for ``record`` (``command``: the record already decoded, by
+        the loop choosing its lane), or None when it became a dead letter.
 
         Raises only for database trouble (nothing was committed then, or the barrier makes a
         redelivery answer the same).
@@ -97,7 +99,7 @@ class CommandProcessor:
         try:
             if record.value is None:
                 raise ProtocolError("empty message (no value)")
-            command = decode_command(record.value)
+            command = command or decode_command(record.value)
         except ProtocolError as exc:
             log.error("participant %s: dead letter at %s[%d]@%d: %s", self.name, record.topic,
                       record.partition, record.offset, exc)

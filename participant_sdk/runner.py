@@ -1,8 +1,10 @@
 """The participant loop: Kafka commands in, barrier-protected handlers, Kafka replies out.
 
 One consumer group per participant reads ``command_topic(name, prefix)``. Each message goes to
-one of N lanes chosen by its key (the saga id), so sagas run in parallel while the commands of
-one saga run in order. A message is finished once its reply was acknowledged by Kafka (or it was
+one of N lanes chosen by its saga (the key) and its step: the phases of one step (try, then
+confirm or cancel) always share a lane and run in order, while the independent steps of one
+saga (a for-each's items, parallel branches) spread over at most ``saga_lanes`` lanes and run
+that many at once. A message is finished once its reply was acknowledged by Kafka (or it was
 kept as a dead letter); only then can its offset be committed (see :mod:`.offsets`).
 """
 
@@ -35,7 +37,9 @@ from participant_sdk.pools import create_pool
 from participant_sdk.probes import ProbeServer, database_answers, tasks_alive
 from participant_sdk.protocol import (
     CommandEnvelope,
+    ProtocolError,
     command_topic,
+    decode_command,
 )
 from participant_sdk.settings import ParticipantSettings
 from participant_sdk.startup import open_with_retry
@@ -254,14 +258,16 @@ class ParticipantRunner:
                 for msg in messages:
                     await self._slots.acquire()
                     self._tracker.started(tp, msg.offset)
-                    lane = zlib.crc32(msg.key or b"") % len(self._lanes)
-                    self._lanes[lane].put_nowait((tp, msg))
+                    command = _decoded(msg)
+                    lane = lane_of(msg.key, command.step if command is not None else None,
+                                   len(self._lanes), self.settings.saga_lanes)
+                    self._lanes[lane].put_nowait((tp, msg, command))
 
     async def _lane(self, index: int, queue: asyncio.Queue[Any]) -> None:
         while True:
-            tp, msg = await queue.get()
+            tp, msg, command = await queue.get()
             try:
-                await self._process(tp, msg)
+                await self._process(tp, msg, command)
                 self._tracker.finished(tp, msg.offset)
                 self._uncommitted.set()
             finally:
@@ -318,9 +324,9 @@ class ParticipantRunner:
 
     # -- one message ----------------------------------------------------------------------
 
-    async def _process(self, tp: Any, msg: Any) -> None:
+    async def _process(self, tp: Any, msg: Any, command: CommandEnvelope | None) -> None:
         assert self._processor is not None
-        reply = await self._processor.process(msg)
+        reply = await self._processor.process(msg, command)
         if reply is not None:
             await self._send_reply(reply)
 
@@ -339,6 +345,22 @@ class ParticipantRunner:
         flag.write_text(str(command.message_id))
         log.critical("TEST HOOK: killing participant %s after commit", self.name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def lane_of(key: bytes | None, step: str | None, lanes: int, saga_lanes: int) -> int:
+    """The lane of a command: one of ``saga_lanes`` lanes from the saga's own, by step (a
+    command that does not decode: the saga's own lane, where the processor dead-letters it)."""
+    spread = zlib.crc32(step.encode()) % saga_lanes if step is not None else 0
+    return (zlib.crc32(key or b"") + spread) % lanes
+
+
+def _decoded(msg: Any) -> CommandEnvelope | None:
+    """The command of a record, decoded once for its lane and its handler; ``None`` when it
+    does not decode (the processor keeps it as a dead letter)."""
+    try:
+        return decode_command(msg.value) if msg.value is not None else None
+    except ProtocolError:
+        return None
 
 
 async def _persist(op: Callable[[], Awaitable[None]], what: str) -> None:

@@ -42,8 +42,11 @@ class ParticipantSettings(BaseSettings):
     )
     #: Consumer group; defaults to the participant's name.
     group_id: str | None = None
-    #: Parallel lanes; commands of one saga always use the same lane, in order.
+    #: Parallel lanes; the phases of one saga step always use the same lane, in order.
     lanes: int = Field(default=16, ge=1, le=1024)
+    #: Lanes one saga's commands spread over (by step), so independent steps of one saga (a
+    #: for-each, a parallel) run at most this many at once; 1: one saga, one lane, in order.
+    saga_lanes: int = Field(default=4, ge=1, le=1024)
     #: Commands fetched but not finished, across lanes, before fetching pauses.
     max_in_flight: int = Field(default=256, ge=1)
     #: Database pool size (one connection per busy lane is enough).

@@ -42,6 +42,7 @@ from coordinator.store import (
     SagaFinished,
     SagaNotFound,
     StoreError,
+    TooManySignals,
     TransientStoreError,
     UnknownSagaType,
     UnknownSagaVersion,
@@ -150,7 +151,7 @@ def _store_status(exc: StoreError) -> int:
         return 422
     if isinstance(exc, (SagaNotFound, UnknownSignal)):
         return 404
-    if isinstance(exc, (SagaConflict, SagaFinished)):
+    if isinstance(exc, (SagaConflict, SagaFinished, TooManySignals)):
         return 409
     if isinstance(exc, TransientStoreError):
         return 503

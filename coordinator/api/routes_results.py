@@ -21,12 +21,12 @@ from pydantic import BaseModel
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import BadRequest, NotFound
-from coordinator.engine import Status
+from coordinator.engine import Status, node_results
 from coordinator.runtime.hints.results import ended
-from coordinator.store import SagaRecord
+from coordinator.store import SagaRecord, SagaStore, UnknownSagaType, UnknownSagaVersion
 from participant_sdk.durations import parse_duration
 
-__all__ = ["MAX_WAIT_S", "router"]
+__all__ = ["MAX_WAIT_S", "router", "saga_results"]
 
 router = APIRouter(responses=ERRORS, tags=["sagas"])
 Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
@@ -54,9 +54,19 @@ def _done(record: SagaRecord) -> bool:
     return ended(Status(record.status))
 
 
-def _out(record: SagaRecord) -> ResultOut:
+def saga_results(store: SagaStore, record: SagaRecord) -> dict[str, Any]:
+    """Every succeeded node's result, composites as their mappers see them; a saga whose
+    version is no longer registered: its steps' results only (composites need the tree)."""
+    try:
+        definition = store.definition(record.saga_type, record.version)
+    except (UnknownSagaType, UnknownSagaVersion):
+        return record.state.results()
+    return node_results(definition, record.state)
+
+
+def _out(store: SagaStore, record: SagaRecord) -> ResultOut:
     return ResultOut(saga_id=record.saga_id, status=Status(record.status), done=_done(record),
-                     results=record.state.results(), reason=record.state.reason)
+                     results=saga_results(store, record), reason=record.state.reason)
 
 
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
@@ -95,7 +105,7 @@ async def saga_result(
                 raise NotFound(f"no saga with id {saga_id}", code="saga_not_found")
             left = deadline - time.monotonic()
             if _done(record) or left <= 0:
-                return _out(record)
+                return _out(ctx.store, record)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ended.wait(), min(pause, left))
             pause = min(pause * 2, _LONGEST_PAUSE)

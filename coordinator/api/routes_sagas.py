@@ -37,6 +37,7 @@ from coordinator.api.models import (
 )
 from coordinator.api.queries import children_of, id_range, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
+from coordinator.api.routes_results import saga_results
 from coordinator.engine import RepairVerb, Status
 from coordinator.sagas.diagram import mermaid
 from coordinator.store import SagaRecord
@@ -62,7 +63,8 @@ async def _record(ctx: Context, saga_id: UUID) -> SagaRecord:
 async def _detail(ctx: Context, record: SagaRecord) -> SagaDetail:
     async with ctx.store.pool.acquire() as conn:
         stuck = record.saga_id in await ctx.stuck_ids(conn, among=[record.saga_id])
-        return detail(record, stuck, await children_of(conn, record.saga_id))
+        return detail(record, stuck, await children_of(conn, record.saga_id),
+                      saga_results(ctx.store, record))
 
 
 def saga_filter(

@@ -29,6 +29,7 @@ from coordinator.engine.events import (
     TimerKind,
     event_from_json,
 )
+from coordinator.engine.results import node_results
 from coordinator.engine.state import (
     ErrorRecord,
     Outstanding,
@@ -72,6 +73,7 @@ __all__ = [
     "compile_saga",
     "event_from_json",
     "message_id",
+    "node_results",
     "replay",
     "timer_id",
 ]

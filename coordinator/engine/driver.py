@@ -1,22 +1,23 @@
 """Moving a saga along: the forward walk over the tree, confirm, rollback, background undo.
 
 Forward walks the node tree; each node kind decides what starts and when it is done. When
-the whole tree succeeded, every tried TCC step (in every branch) is confirmed at once and the
-saga completes when the last confirm is acknowledged. When a node fails for good and no race
-absorbs it, rollback undoes everything that was, or may have been, applied: one child at a
-time in reverse order of completion inside sequences, independent branches at once.
+the whole tree succeeded, every tried TCC step (in every branch) is confirmed, a for-each's
+at most ``max_concurrency`` at a time, and the saga completes when the last confirm is
+acknowledged. When a node fails for good and no race absorbs it, rollback undoes everything
+that was, or may have been, applied: one child at a time in reverse order of completion
+inside sequences, independent branches at once.
 Branches a race gave up on are undone in the background, whatever the stage. A child saga
 whose tree succeeded is ``prepared``: it confirms or rolls back when its parent says so.
 """
 
 from __future__ import annotations
 
+from coordinator.engine.confirming import confirm
 from coordinator.engine.decision import EngineError
 from coordinator.engine.nodes import ROOT, Progress, forward, undo
 from coordinator.engine.nodes.base import scope_of
-from coordinator.engine.nodes.leaf import abandon_forward, go_dead, send_finish
+from coordinator.engine.nodes.leaf import abandon_forward
 from coordinator.engine.state import Stage, Status, StepPhase
-from coordinator.engine.tree import CompiledStep
 from coordinator.engine.work import Work
 from participant_sdk.protocol import Phase
 
@@ -90,53 +91,21 @@ def _background_undo(w: Work) -> bool | None:
 
 
 def _confirm(w: Work) -> bool:
-    """Confirm every tried TCC step in the same decision; complete when all are confirmed
-    and no branch is still being undone. Returns True when the stage changed.
+    """Confirm the tried TCC steps (``confirming.confirm``: each for-each within its
+    ``max_concurrency``); complete when all are confirmed and no branch is still being
+    undone. Returns True when the stage changed (the saga went dead).
 
     A confirm that gave up while the saga was already dead at another step (it has neither a
     command in flight nor a retry pending) makes the saga dead at that step as soon as the
     saga runs again."""
-    waiting = False
-    undoing = set(w.get("undoing"))
-    for key, step in w.ordered():
-        spec = w.definition.node(step.node)
-        if not isinstance(spec, CompiledStep) or not spec.confirms:
-            continue
-        if undoing and _under(w, key, undoing):
-            continue  # a race gave its branch up: it is being cancelled, never confirmed
-        if step.phase is StepPhase.CONFIRMING:
-            if step.outstanding is None and step.retry_timer is None:
-                go_dead(w, key, f"{key}: confirm gave up while the saga was dead at another "
-                                f"step ({_last_error(w, key)})")
-                return True
-            waiting = True
-        elif step.phase is StepPhase.TRIED:
-            if not step.sent:  # an operator skipped its try: nothing to confirm
-                w.update_step(key, phase=StepPhase.CONFIRMED, finished_at=w.now)
-                continue
-            if not send_finish(w, key, Phase.CONFIRM):
-                return True
-            waiting = True
-    if waiting or w.get("undoing"):
+    progress = confirm(w, w.definition.root, "", ROOT, frozenset(w.get("undoing")))
+    if progress is Progress.FAILED:
+        return True
+    if progress is Progress.WAITING or w.get("undoing"):
         return False
     w.update(status=Status.COMPLETED, stage=Stage.DONE, finished_at=w.now)
     w.note("saga completed")
     return False
-
-
-def _under(w: Work, key: str, keys: set[str]) -> bool:
-    """``key`` or one of its ancestors is in ``keys``."""
-    current: str | None = key
-    while current is not None:
-        if current in keys:
-            return True
-        current = w.step(current).parent
-    return False
-
-
-def _last_error(w: Work, key: str) -> str:
-    error = w.step(key).last_error
-    return f"{error.kind}: {error.message}" if error is not None else "no error recorded"
 
 
 def start_rollback(w: Work, reason: str, outcome: Status, cause: str | None = None) -> None:

@@ -16,6 +16,7 @@ from uuid import UUID
 from coordinator.engine.decision import ChildStart, Delivery
 from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import ParentRequest, ReplyReceived
+from coordinator.engine.results import node_results
 from coordinator.engine.state import ParentLink, Stage, Status, replace
 from coordinator.engine.work import Work
 from participant_sdk.protocol import (
@@ -82,7 +83,8 @@ def answer_parent(w: Work) -> None:
             return
         ok = status in _UNDONE
     state = w.state
-    result = {"saga_id": str(state.saga_id), "results": state.results()} if ok else None
+    result = ({"saga_id": str(state.saga_id), "results": node_results(w.definition, state)}
+              if ok else None)
     why = f"child saga {state.saga_id} is {status.value}: {state.reason or 'no reason given'}"
     w.deliver(link.saga_id, _reply(link, state.saga_type, ok, result, why),
               reply_message_id(link.message_id))

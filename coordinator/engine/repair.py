@@ -165,6 +165,8 @@ def _back_to_forward(w: Work, key: str) -> None:
     for other, s in w.ordered():
         if s.abandoned and s.phase is StepPhase.FAILED:
             w.update_step(other, phase=StepPhase.PENDING, abandoned=False, finished_at=None)
+        elif s.walked:  # a for-each the rollback walked: its next walk starts over
+            w.update_step(other, walked=0)
     parent = w.step(key).parent
     while parent is not None:
         if w.step(parent).phase is StepPhase.FAILED:

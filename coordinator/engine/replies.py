@@ -66,7 +66,10 @@ def _late_success(w: Work, event: ReplyReceived) -> bool:
     step = w.step(reply.step)
     if (reply.outcome is not Outcome.OK or not reply.phase.is_forward or step.uncertain
             or step.phase not in (StepPhase.TRYING, StepPhase.EXECUTING, StepPhase.FAILED)
-            or not 1 <= reply.attempt <= step.attempt(reply.phase)
+            # Only attempts of the current retry budget: one from before an operator retry
+            # was recorded then (a resend of it is a duplicate).
+            or not step.budget_from.get(reply.phase, 1) <= reply.attempt
+            <= step.attempt(reply.phase)
             or reply.in_reply_to != message_id(w.saga_id, reply.step, reply.phase,
                                                reply.attempt)):
         return False
@@ -85,7 +88,10 @@ def _late_ok_for_dead_step(w: Work, event: ReplyReceived) -> bool:
     if (state.status is not Status.DEAD or state.dead_step != reply.step
             or state.late_ok is not None or reply.outcome is not Outcome.OK
             or reply.phase.is_forward or ACTIVE_PHASE.get(reply.phase) is not step.phase
-            or not 1 <= reply.attempt <= step.attempt(reply.phase)
+            # Only attempts of the current retry budget: one from before an operator retry
+            # was recorded then (a resend of it is a duplicate).
+            or not step.budget_from.get(reply.phase, 1) <= reply.attempt
+            <= step.attempt(reply.phase)
             or reply.in_reply_to != message_id(w.saga_id, reply.step, reply.phase,
                                                reply.attempt)):
         return False

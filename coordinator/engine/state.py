@@ -213,6 +213,9 @@ class StepState(BaseModel):
     #: A for-each's items below this index have all succeeded: its walk starts there, so a
     #: reply costs the same whatever the number of items already done.
     settled: int = 0
+    #: A for-each's items below this index are all confirmed (confirm) or undone
+    #: (rollback): those walks start there too.
+    walked: int = 0
     #: A race's winning branch keys, in the order they won.
     winners: list[str] | None = None
     #: Forward payload, built by the step's mapper (or replaced by an operator retry).

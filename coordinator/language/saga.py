@@ -120,6 +120,11 @@ class Saga:
     #: The id people know a saga by: an input field's name, or a
     #: :class:`~coordinator.language.business_key.BusinessKey` (stored, indexed, searchable).
     business_key: ClassVar[str | BusinessKey | None] = None
+    #: Signals a saga keeps (received, no wait has taken them yet), at most, in all and per
+    #: signal name: one more is refused (HTTP 409 ``too_many_signals``; on Kafka, a dead
+    #: letter), so signals nobody waits for cannot grow a saga without end.
+    max_kept_signals: ClassVar[int] = 1000
+    max_kept_signals_per_name: ClassVar[int] = 100
     #: Abstract intermediate bases set this to skip validation.
     abstract: ClassVar[bool] = False
 
@@ -158,6 +163,10 @@ def validate_saga_class(
             problems.append(f"{where}: query name must be identifier-like, got {qname!r}")
         if not callable(fn):
             problems.append(f"{where}: query {qname!r} must be callable, got {fn!r}")
+    for bound in ("max_kept_signals", "max_kept_signals_per_name"):
+        value = getattr(cls, bound, None)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            problems.append(f"{where}: `{bound}` must be an int >= 1, got {value!r}")
     problems.extend(_migration_problems(where, cls))
     problems.extend(business_key_problems(where, cls))
     problems.extend(node_problems(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -53,6 +53,9 @@ class StepContext(Generic[InputT]):
     #: Inside a for-each body: the item and its position; ``None`` elsewhere.
     item: Any = None
     index: int | None = None
+    #: The time of the event being applied (a reply's, a timer's, a signal's arrival), never
+    #: the clock: a mapper or guard that needs the time replays to the same answer.
+    now: datetime | None = None
 
 
 #: Builds a command payload from the context. Must be deterministic: it runs again on replay.

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from coordinator.engine import CompiledSaga, SagaState
+from coordinator.engine import CompiledSaga, SagaState, node_results
 
 __all__ = ["Query", "QueryContext", "QueryFailed", "UnknownQuery", "run_query"]
 
@@ -38,7 +38,8 @@ class QueryContext(Generic[InputT]):
     #: ``running``, ``completed``, ... (``SagaState.status`` as text).
     status: str
     input: InputT
-    #: The result of every node that succeeded, by node key.
+    #: The result of every node that succeeded, by node key (a composite's as its mappers
+    #: see it: a for-each's list, a race's winner's, ...).
     results: Mapping[str, Any]
     state: SagaState
 
@@ -75,8 +76,7 @@ def run_query(definition: CompiledSaga, state: SagaState, name: str) -> dict[str
         saga_id=state.saga_id, saga_type=state.saga_type, version=state.version,
         status=state.status.value,
         input=definition.input_model.model_validate(state.input),
-        results={k: s.result for k, s in state.steps.items()
-                 if s.phase.value in ("tried", "confirmed", "succeeded")},
+        results=node_results(definition, state),
         state=state)
     try:
         answer = queries[name](context)

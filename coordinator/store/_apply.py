@@ -31,7 +31,7 @@ from coordinator.store._writes import (
 )
 from coordinator.store.deferral import UNREGISTERED, deferred_delivery
 from coordinator.store.errors import SagaNotFound, StoreError
-from coordinator.store.nodes import state_from_rows
+from coordinator.store.nodes import KEPT_SIGNALS, state_from_rows
 from coordinator.store.records import ApplyOutcome, ApplyResult, PendingEvent
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 
@@ -149,7 +149,7 @@ class ApplyMixin(TransactionsMixin):
                     for row in await conn.fetch(_READ_SAGAS, list(missing)):
                         saga = LockedSaga.from_row(row)
                         saga.base = state_from_rows(row["snapshot"], row["input"],
-                                                    row["steps"])
+                                                    row["steps"], row["kept"])
                         locked[saga.saga_id] = saga
                 mine = [i for i, e in enumerate(events) if e.saga_id in locked]
                 if not mine:
@@ -271,13 +271,13 @@ class ApplyMixin(TransactionsMixin):
 #: What the locking path reads under its lock (``LOCK_SAGAS``, ``load_states``), in one
 #: query and without a lock, for a write that checks the history seq itself.
 _READ_SAGAS: Final = """
-SELECT s.id, s.saga_type, s.saga_version, s.trace_context, s.history_seq, s.snapshot, s.input,
-       coalesce((
+SELECT sagas.id, sagas.saga_type, sagas.saga_version, sagas.trace_context, sagas.history_seq,
+       sagas.snapshot, sagas.input, coalesce((
     SELECT '{' || string_agg(to_json(n.key)::text || ':' || n.state::text, ',' ORDER BY n.ordinal)
            || '}'
-    FROM saga_nodes n WHERE n.saga_id = s.id), '{}') AS steps
-FROM sagas s WHERE s.id = ANY($1::uuid[])
-"""
+    FROM saga_nodes n WHERE n.saga_id = sagas.id), '{}') AS steps, """ + KEPT_SIGNALS + """ AS kept
+FROM sagas WHERE sagas.id = ANY($1::uuid[])
+"""  # noqa: S608 - fixed fragments only
 
 
 def _result(change: Change) -> ApplyResult:

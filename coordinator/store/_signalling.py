@@ -13,11 +13,12 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from coordinator.engine import EngineError, SagaState, SignalReceived, advance
+from coordinator.engine.signals import kept_over_bound
 from coordinator.store._base import log
 from coordinator.store._starts import StartsMixin
 from coordinator.store._transactions import loaded_state
 from coordinator.store._writes import LOCK_SAGAS, Change, LockedSaga
-from coordinator.store.errors import SagaFinished, SagaNotFound, StoreError
+from coordinator.store.errors import SagaFinished, SagaNotFound, StoreError, TooManySignals
 from coordinator.store.records import PendingSignal, SagaStart, SignalResult
 from coordinator.store.signals import insert_signals, signal_payload, stored_signals
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
@@ -34,7 +35,8 @@ class SignalsMixin(StartsMixin):
 
         One transaction: the saga row locked, the signal row inserted (a duplicate id stops
         here), the signal applied by the core. Raises :class:`SagaNotFound`,
-        :class:`UnknownSignal`, :class:`InvalidSignalPayload` or :class:`SagaFinished`."""
+        :class:`UnknownSignal`, :class:`InvalidSignalPayload`, :class:`SagaFinished` or
+        :class:`TooManySignals` (the saga keeps as many untaken signals as its class allows)."""
         request = PendingSignal(saga_id, name, signal_id or str(uuid4()), payload, actor)
 
         async def work(conn: asyncpg.Connection) -> tuple[SignalResult, datetime | None]:
@@ -162,6 +164,9 @@ class SignalsMixin(StartsMixin):
                 event = SignalReceived(signal_id=signal_id, name=name, payload=data,
                                        sender=request.actor)
                 decision = advance(definition, state, event, now)
+                why = kept_over_bound(definition, decision.state, name)
+                if why is not None:
+                    raise TooManySignals(saga_id, why)
             except (StoreError, EngineError) as exc:
                 answers.append(exc)
                 continue

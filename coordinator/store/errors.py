@@ -12,6 +12,7 @@ Hierarchy::
     ├── SagaFinished            a signal to a saga that already finished
     ├── UnknownSignal           the saga's type waits for no signal of that name
     ├── InvalidSignalPayload    a signal's payload fails its model (pydantic errors)
+    ├── TooManySignals          the saga keeps as many untaken signals as its class allows
     └── TransientStoreError     serialization failure, deadlock, lost connection: retry
 """
 
@@ -29,6 +30,7 @@ __all__ = [
     "SagaFinished",
     "SagaNotFound",
     "StoreError",
+    "TooManySignals",
     "TransientStoreError",
     "UnknownSagaType",
     "UnknownSagaVersion",
@@ -108,6 +110,17 @@ class BusinessKeyConflict(SagaConflict):
         self.saga_type = saga_type
         self.business_key = business_key
         self.status = status
+
+
+class TooManySignals(StoreError):
+    """One more kept signal would pass the saga class's bound (``max_kept_signals``,
+    ``max_kept_signals_per_name``): refused, nothing written (HTTP 409)."""
+
+    code = "too_many_signals"
+
+    def __init__(self, saga_id: UUID, why: str) -> None:
+        self.saga_id = saga_id
+        super().__init__(f"signal refused: {why}")
 
 
 class SagaFinished(StoreError):

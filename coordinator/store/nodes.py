@@ -20,6 +20,7 @@ import asyncpg
 from coordinator.engine import SagaState
 
 __all__ = [
+    "KEPT_SIGNALS",
     "UPSERT_NODES",
     "NodeWrites",
     "StateCache",
@@ -34,8 +35,20 @@ __all__ = [
     "stored_json",
 ]
 
-#: Fields of SagaState not in the spine column: the input (its own column) and the nodes.
-_OUTSIDE_SPINE: Final[set[str]] = {"steps", "input"}
+#: Fields of SagaState not in the spine column: the input (its own column), the nodes and the
+#: kept signals (their ``saga_signals`` rows, migration 0013).
+_OUTSIDE_SPINE: Final[set[str]] = {"steps", "input", "signals"}
+
+#: The kept signals (``SagaState.signals``) of the saga whose id is the column ``sagas.id``:
+#: its signal rows no wait consumed, in arrival order, as JSON text (times in UTC, as the
+#: engine writes them). A fixed fragment for the loading queries' select lists.
+KEPT_SIGNALS: Final = """coalesce((
+    SELECT json_agg(json_build_object(
+        'signal_id', k.signal_id, 'name', k.name, 'payload', k.payload,
+        'received_at', to_char(k.received_at AT TIME ZONE 'UTC',
+                               'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) ORDER BY k.seq)
+    FROM saga_signals k WHERE k.saga_id = sagas.id AND k.consumed_by IS NULL
+), '[]')::text"""
 
 #: The node upsert, for a data-modifying CTE of the writer's one statement (parameters
 #: $12 to $15: :meth:`NodeWrites.upsert_args`); only nodes of the sagas that statement's
@@ -53,17 +66,19 @@ DELETE FROM saga_nodes n USING unnest($1::uuid[], $2::text[]) AS d(saga_id, key)
 WHERE n.saga_id = d.saga_id AND n.key = d.key
 """
 
-_LOAD_SPINES: Final = "SELECT id, snapshot, input FROM sagas WHERE id = ANY($1::uuid[])"
+_LOAD_SPINES: Final = f"""
+SELECT id, snapshot, input, {KEPT_SIGNALS} AS kept FROM sagas WHERE id = ANY($1::uuid[])
+"""  # noqa: S608 - fixed fragments only
 
 #: Spine, input and every node row of each saga, the nodes put together as one JSON object
 #: by Postgres (one round trip and one row per saga).
 _LOAD_STATES: Final = """
-SELECT s.id, s.snapshot, s.input, coalesce((
+SELECT sagas.id, sagas.snapshot, sagas.input, coalesce((
     SELECT '{' || string_agg(to_json(n.key)::text || ':' || n.state::text, ',' ORDER BY n.ordinal)
            || '}'
-    FROM saga_nodes n WHERE n.saga_id = s.id), '{}') AS steps
-FROM sagas s WHERE s.id = ANY($1::uuid[])
-"""
+    FROM saga_nodes n WHERE n.saga_id = sagas.id), '{}') AS steps, """ + KEPT_SIGNALS + """ AS kept
+FROM sagas WHERE sagas.id = ANY($1::uuid[])
+"""  # noqa: S608 - fixed fragments only
 
 _LOAD_NODES: Final = """
 SELECT saga_id, key, state FROM saga_nodes WHERE saga_id = ANY($1::uuid[])
@@ -155,18 +170,21 @@ def node_writes(changes: Iterable[tuple[UUID, SagaState | None, SagaState, Itera
     return writes
 
 
-def stored_json(spine: Mapping[str, Any], input: Any, nodes: Sequence[tuple[str, str]]
-                ) -> dict[str, Any]:
-    """The state's JSON as stored: spine, input and node rows (in their order) put together."""
-    return {**spine, "input": input, "steps": {key: json.loads(text) for key, text in nodes}}
+def stored_json(spine: Mapping[str, Any], input: Any, nodes: Sequence[tuple[str, str]],
+                kept: Any = ()) -> dict[str, Any]:
+    """The state's JSON as stored: spine, input, node rows (in their order) and kept signals
+    put together."""
+    return {**spine, "input": input, "steps": {key: json.loads(text) for key, text in nodes},
+            "signals": list(kept)}
 
 
-def state_from_rows(spine: str, input: str, steps: str) -> SagaState:
+def state_from_rows(spine: str, input: str, steps: str, kept: str) -> SagaState:
     """The state from its columns' JSON texts (``steps``: the node rows as one JSON object,
-    see :func:`steps_json`), put together as text and decoded in one pass: no Python dicts
-    on the way (loading states is on the path of every timer and uncached reply)."""
+    see :func:`steps_json`; ``kept``: :data:`KEPT_SIGNALS`), put together as text and decoded
+    in one pass: no Python dicts on the way (loading states is on the path of every timer and
+    uncached reply). ``kept`` comes last: it wins over a list an older snapshot still holds."""
     return SagaState.model_validate_json(
-        f'{spine.rstrip()[:-1]},"input":{input},"steps":{steps}}}')
+        f'{spine.rstrip()[:-1]},"input":{input},"steps":{steps},"signals":{kept}}}')
 
 
 def steps_json(nodes: Sequence[tuple[str, str]]) -> str:
@@ -192,7 +210,7 @@ async def load_stored(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
     spines = {r["id"]: r for r in await conn.fetch(_LOAD_SPINES, list(saga_ids))}
     nodes = await load_nodes(conn, list(spines))
     return {sid: stored_json(json.loads(r["snapshot"]), json.loads(r["input"]),
-                             nodes.get(sid, []))
+                             nodes.get(sid, []), json.loads(r["kept"]))
             for sid, r in spines.items()}
 
 
@@ -201,7 +219,7 @@ async def load_states(conn: asyncpg.Connection, saga_ids: Sequence[UUID]
     """The state of each saga in ``saga_ids`` that exists."""
     if not saga_ids:
         return {}
-    return {r["id"]: state_from_rows(r["snapshot"], r["input"], r["steps"])
+    return {r["id"]: state_from_rows(r["snapshot"], r["input"], r["steps"], r["kept"])
             for r in await conn.fetch(_LOAD_STATES, list(saga_ids))}
 
 

@@ -14,7 +14,14 @@ import asyncpg
 from coordinator.engine import CompiledSaga, SagaState, event_from_json, replay
 from coordinator.engine.decide import replay_from
 from coordinator.store.errors import SagaNotFound, StoreError
-from coordinator.store.nodes import dumps, load_nodes, load_stored, state_from_rows, steps_json
+from coordinator.store.nodes import (
+    KEPT_SIGNALS,
+    dumps,
+    load_nodes,
+    load_stored,
+    state_from_rows,
+    steps_json,
+)
 from coordinator.store.records import (
     HistoryRecord,
     SagaPage,
@@ -38,7 +45,7 @@ DefinitionLookup = Callable[[str, int], CompiledSaga]
 
 SAGA_COLUMNS: Final = (
     "id, saga_type, saga_version, status, snapshot, input, trace_context, history_seq, "
-    "created_at, updated_at, last_progress_at, business_key"
+    f"created_at, updated_at, last_progress_at, business_key, {KEPT_SIGNALS} AS kept"
 )
 
 
@@ -49,7 +56,7 @@ def saga_record(row: Mapping[str, Any], nodes: Sequence[tuple[str, str]]) -> Sag
         saga_type=row["saga_type"],
         version=row["saga_version"],
         status=row["status"],
-        state=state_from_rows(row["snapshot"], row["input"], steps_json(nodes)),
+        state=state_from_rows(row["snapshot"], row["input"], steps_json(nodes), row["kept"]),
         trace_context=json.loads(row["trace_context"]),
         history_seq=row["history_seq"],
         created_at=row["created_at"],

@@ -42,6 +42,11 @@ def test_foreach_cost_smoke(pg_url: str, tmp_path: Path) -> None:
     engine = data["engine"]
     assert engine["3"]["replies"] == engine["30"]["replies"] == 30
     assert engine["30"]["advance_us_per_reply"] > 0
+    paths = data["paths"]
+    for path in ("forward", "confirm", "rollback", "repair"):
+        assert paths["us_per_event"][path]["30"] > 0
+        # Ten items in flight at most on every path, and the saga's last step beside them.
+        assert paths["largest_burst"][path]["30"] <= paths["concurrency"] + 1
 
 
 def test_foreach_e2e_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:

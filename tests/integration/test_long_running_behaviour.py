@@ -1,33 +1,32 @@
 """One behaviour suite for long-running sagas, run through the time-skipping kit
-(``coordinator.testing``) and through the real stack (worker, relay, Kafka, SDK participants
-with their barrier in Postgres), so the two cannot drift apart. Each case checks the status
-and the participants' own effects ledger."""
+(``coordinator.testing``) and through the operator API on the real stack (worker, relay,
+Kafka, SDK participants with their barrier in Postgres), so the two cannot drift apart:
+signals (kept, applied once per id, refused as the API refuses them), queries, timers and
+operator repairs. Each case checks the status and the participants' own effects ledger."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any, Protocol
 
-import asyncpg
 import pytest
 from pydantic import BaseModel
 
+from coordinator.api import ApiSettings, TokenAuth, create_app
 from coordinator.language.nodes import Choice, Sleep, WaitForSignal
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep
-from coordinator.store import SagaStore
-from coordinator.testing import SagaRun, SagaTestEnv
 from participant_sdk import (
+    BusinessRejection,
     HandlerContext,
     Participant,
     on_action,
     on_compensate,
 )
 from participant_sdk.testing import MemoryTransaction
+from tests.integration.behaviour_drivers import ApiDriver, Driver, KitDriver, Refused
 from tests.integration.inprocess_stack import inprocess_stack
+from tests.integration.test_api_support import OPERATOR, TOKENS
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +42,11 @@ class Confirm(BaseModel):
     by: str
 
 
+class Progress(BaseModel):
+    status: str
+    by: str | None
+
+
 def _book(name: str) -> SagaStep:
     return SagaStep(name, "desk", "book", compensable=True, retry=QUICK)
 
@@ -53,6 +57,12 @@ class SleepThenSignal(Saga):
     steps = (_book("open"), Sleep("grace", SECOND),
              WaitForSignal("confirm", "confirmed", payload=Confirm, timeout=timedelta(seconds=30)),
              _book("close"))
+    max_kept_signals_per_name = 2
+    queries = {
+        "progress": lambda q: Progress(status=q.status,
+                                       by=(q.results.get("confirm") or {}).get("by")),
+        "broken": lambda q: {"not": "a model"},
+    }
 
 
 class TimeoutGoesOn(Saga):
@@ -69,7 +79,27 @@ class TimeoutRollsBack(Saga):
     steps = (_book("open"), WaitForSignal("confirm", "confirmed", timeout=SECOND))
 
 
-SAGAS: list[type[Saga]] = [SleepThenSignal, TimeoutGoesOn, TimeoutRollsBack]
+class TwoConfirms(Saga):
+    name = "two_confirms"
+    input_model = Empty
+    steps = (WaitForSignal("first", "confirmed", payload=Confirm, timeout=timedelta(seconds=30)),
+             WaitForSignal("second", "confirmed", payload=Confirm, timeout=SECOND,
+                           on_timeout="continue"),
+             _book("close"))
+
+
+class GoesDead(Saga):
+    """Its last step refuses; the rollback then finds a compensation that always fails."""
+
+    name = "goes_dead"
+    input_model = Empty
+    steps = (_book("open"), SagaStep("stuck", "desk", "stuck", compensable=True,
+                                             compensation_retry=QUICK),
+             SagaStep("refuse", "desk", "refuse", compensable=False))
+
+
+SAGAS: list[type[Saga]] = [SleepThenSignal, TimeoutGoesOn, TimeoutRollsBack, TwoConfirms,
+                           GoesDead]
 
 
 async def _effect(ctx: HandlerContext, kind: str) -> None:
@@ -93,72 +123,34 @@ class Desk(Participant):
     async def unbook(self, ctx: HandlerContext, body: Empty) -> None:
         await _effect(ctx, "unbooked")
 
+    @on_action("stuck")
+    async def stick(self, ctx: HandlerContext, body: Empty) -> None:
+        await _effect(ctx, "booked")
 
-class Driver(Protocol):
-    async def start(self, saga: type[Saga]) -> uuid.UUID: ...
-    async def signal(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any]) -> None: ...
-    async def finish(self, saga_id: uuid.UUID) -> str: ...
-    async def effects(self, saga_id: uuid.UUID) -> list[tuple[str, str]]: ...
+    @on_compensate("stuck")
+    async def unstick(self, ctx: HandlerContext, body: Empty) -> None:
+        raise RuntimeError("the refund service is down")
 
-
-class KitDriver:
-    def __init__(self) -> None:
-        self.desk = Desk()
-        self.runs: dict[uuid.UUID, SagaRun] = {}
-        self.envs = {cls.name: SagaTestEnv(cls, [self.desk]) for cls in SAGAS}
-
-    async def start(self, saga: type[Saga]) -> uuid.UUID:
-        run = await self.envs[saga.name].start({})
-        self.runs[run.state.saga_id] = run
-        return run.state.saga_id
-
-    async def signal(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any]) -> None:
-        await self.runs[saga_id].signal(name, payload)
-
-    async def finish(self, saga_id: uuid.UUID) -> str:
-        return await self.runs[saga_id].run_to_end()
-
-    async def effects(self, saga_id: uuid.UUID) -> list[tuple[str, str]]:
-        rows = [r for env in self.envs.values() for r in env.harnesses["desk"].tables.get(
-            "effects", []) if r["saga_id"] == saga_id]
-        return [(r["step"], r["kind"]) for r in rows]
+    @on_action("refuse")
+    async def refuse(self, ctx: HandlerContext, body: Empty) -> None:
+        raise BusinessRejection("out of stock")
 
 
-class StackDriver:
-    def __init__(self, store: SagaStore, ledger: asyncpg.Connection) -> None:
-        self.store, self.ledger = store, ledger
-
-    async def start(self, saga: type[Saga]) -> uuid.UUID:
-        return (await self.store.start_saga(saga.name, {})).record.saga_id
-
-    async def signal(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any]) -> None:
-        await self.store.signal(saga_id, name, payload)
-
-    async def finish(self, saga_id: uuid.UUID) -> str:
-        deadline = time.monotonic() + 30
-        while True:
-            record = await self.store.get_saga(saga_id)
-            assert record is not None
-            if record.status not in ("running", "compensating", "scheduled"):
-                return record.status
-            assert time.monotonic() < deadline, record.status
-            await asyncio.sleep(0.05)
-
-    async def effects(self, saga_id: uuid.UUID) -> list[tuple[str, str]]:
-        rows = await self.ledger.fetch("SELECT step, kind FROM effects WHERE saga_id = $1 "
-                                       "ORDER BY id", saga_id)
-        return [(r["step"], r["kind"]) for r in rows]
-
-
-@pytest.fixture(params=["kit", "stack"])
+@pytest.fixture(params=["kit", "api"])
 async def driver(request: pytest.FixtureRequest, fresh_db: str, pg_url: str,
                  kafka_bootstrap: str, topic_prefix: str) -> AsyncIterator[Driver]:
     if request.param == "kit":
-        yield KitDriver()
+        yield KitDriver(SAGAS, Desk())
         return
     async with inprocess_stack(fresh_db, pg_url, kafka_bootstrap, topic_prefix, sagas=SAGAS,
                                participants=[Desk()]) as (store, ledger):
-        yield StackDriver(store, ledger)
+        app = create_app(ApiSettings(), store=store, auth=TokenAuth.parse(TOKENS),
+                         run_jobs=False)
+        async with app.router.lifespan_context(app):
+            api = ApiDriver(app, OPERATOR, ledger)
+            async with api.client:
+                yield api
+
 
 async def test_a_signal_sent_during_the_sleep_is_kept_and_taken_after_it(driver: Driver
                                                                          ) -> None:
@@ -178,3 +170,120 @@ async def test_a_timeout_that_fails_rolls_back(driver: Driver) -> None:
     saga_id = await driver.start(TimeoutRollsBack)
     assert await driver.finish(saga_id) == "compensated"
     assert await driver.effects(saga_id) == [("open", "booked"), ("open", "unbooked")]
+
+
+async def test_a_signal_id_a_wait_consumed_is_not_applied_again(driver: Driver) -> None:
+    saga_id = await driver.start(TwoConfirms)
+    await driver.reach(saga_id, "first", "waiting")
+    assert await driver.signal(saga_id, "confirmed", {"by": "ada"}, signal_id="s-1") is False
+    await driver.reach(saga_id, "second", "waiting")
+    assert await driver.signal(saga_id, "confirmed", {"by": "ada"}, signal_id="s-1") is True
+    assert await driver.finish(saga_id) == "completed"
+    results = await driver.results(saga_id)
+    assert (results["first"], results["second"]) == ({"by": "ada"}, {"timed_out": True})
+
+
+async def test_signals_are_refused_as_the_api_refuses_them(driver: Driver) -> None:
+    saga_id = await driver.start(SleepThenSignal)
+    with pytest.raises(Refused) as nosuch:
+        await driver.signal(saga_id, "refund", {})
+    assert nosuch.value.code == "unknown_signal"
+    with pytest.raises(Refused) as bad:
+        await driver.signal(saga_id, "confirmed", {"by": 7})
+    assert bad.value.code == "invalid_signal_payload"
+    assert await driver.signal(saga_id, "confirmed", {"by": "ada"}, signal_id="ok-1") is False
+    assert await driver.finish(saga_id) == "completed"
+    with pytest.raises(Refused) as late:
+        await driver.signal(saga_id, "confirmed", {"by": "bob"})
+    assert late.value.code == "saga_finished"
+    # A late resend of an id already applied: the same answer as the first time.
+    assert await driver.signal(saga_id, "confirmed", {"by": "ada"}, signal_id="ok-1") is True
+
+
+async def test_queries_answer_and_refuse_as_the_api_does(driver: Driver) -> None:
+    saga_id = await driver.start(SleepThenSignal)
+    assert await driver.query(saga_id, "progress") == {"status": "running", "by": None}
+    with pytest.raises(Refused) as unknown:
+        await driver.query(saga_id, "nope")
+    assert unknown.value.code == "unknown_query"
+    with pytest.raises(Refused) as broken:
+        await driver.query(saga_id, "broken")
+    assert broken.value.code == "query_failed"
+    assert "returned dict, not a pydantic model" in broken.value.message
+    await driver.signal(saga_id, "confirmed", {"by": "ada"})
+    assert await driver.finish(saga_id) == "completed"
+    assert await driver.query(saga_id, "progress") == {"status": "completed", "by": "ada"}
+
+
+async def test_an_operator_skips_a_wait_with_its_payload(driver: Driver) -> None:
+    saga_id = await driver.start(SleepThenSignal)
+    await driver.reach(saga_id, "confirm", "waiting")  # the sleep's timer fired
+    with pytest.raises(Refused) as retry:
+        await driver.repair(saga_id, "retry", "stuck?")
+    assert retry.value.code == "invalid_transition"
+    assert "skip ends the wait now" in retry.value.message
+    with pytest.raises(Refused) as bad:
+        await driver.repair(saga_id, "skip", "confirmed by phone", result={"by": 7})
+    assert "not a valid 'confirmed' signal payload" in bad.value.message
+    assert await driver.repair(saga_id, "skip", "confirmed by phone",
+                               result={"by": "ops"}) in ("running", "completed")
+    assert await driver.finish(saga_id) == "completed"
+    assert (await driver.results(saga_id))["confirm"] == {"by": "ops"}
+    assert await driver.effects(saga_id) == [("open", "booked"), ("close", "booked")]
+
+
+async def test_an_operator_compensates_a_sleeping_saga(driver: Driver) -> None:
+    saga_id = await driver.start(SleepThenSignal)
+    await driver.reach(saga_id, "grace", "sleeping")
+    assert await driver.repair(saga_id, "compensate", "customer called") in (
+        "compensating", "compensated")
+    assert await driver.finish(saga_id) == "compensated"
+    assert await driver.effects(saga_id) == [("open", "booked"), ("open", "unbooked")]
+    with pytest.raises(Refused) as again:
+        await driver.repair(saga_id, "cancel", "too late")
+    assert again.value.code == "invalid_transition"
+
+
+async def test_a_dead_saga_is_retried_then_skipped_by_an_operator(driver: Driver) -> None:
+    saga_id = await driver.start(GoesDead)
+    assert await driver.finish(saga_id) == "dead"
+    with pytest.raises(Refused) as cancel:
+        await driver.repair(saga_id, "cancel", "stop it")
+    assert cancel.value.code == "invalid_transition"
+    assert await driver.repair(saga_id, "retry", "refund service fixed?") == "compensating"
+    assert await driver.finish(saga_id) == "dead"  # it was not
+    assert await driver.repair(saga_id, "skip", "refunded by hand") in (
+        "compensating", "compensated")
+    assert await driver.finish(saga_id) == "compensated"
+    assert await driver.effects(saga_id) == [
+        ("open", "booked"), ("stuck", "booked"), ("open", "unbooked")]
+    with pytest.raises(Refused) as resolve:
+        await driver.repair(saga_id, "resolve", "again", status="completed")
+    assert resolve.value.code == "invalid_transition"
+
+
+async def test_signals_past_the_bound_nobody_takes_are_refused(driver: Driver) -> None:
+    saga_id = await driver.start(SleepThenSignal)  # sleeping: nothing takes a signal yet
+    for n in range(2):
+        assert await driver.signal(saga_id, "confirmed", {"by": f"s{n}"}) is False
+    with pytest.raises(Refused) as third:
+        await driver.signal(saga_id, "confirmed", {"by": "s2"})
+    assert third.value.code == "too_many_signals"
+    assert "max_kept_signals_per_name=2" in third.value.message
+    assert await driver.finish(saga_id) == "completed"
+    assert (await driver.results(saga_id))["confirm"] == {"by": "s0"}  # the first one kept
+
+
+async def test_signal_with_start_starts_once_and_delivers_once(driver: Driver) -> None:
+    saga_id = uuid.uuid4()
+    with pytest.raises(Refused) as bad:  # refused: nothing starts
+        await driver.signal_with_start(SleepThenSignal, saga_id, "confirmed", {"by": 7},
+                                       signal_id="s-0")
+    assert bad.value.code == "invalid_signal_payload"
+    assert await driver.signal_with_start(SleepThenSignal, saga_id, "confirmed",
+                                          {"by": "ada"}, signal_id="s-1") == (True, False)
+    assert await driver.signal_with_start(SleepThenSignal, saga_id, "confirmed",
+                                          {"by": "ada"}, signal_id="s-1") == (False, True)
+    assert await driver.finish(saga_id) == "completed"
+    assert (await driver.results(saga_id))["confirm"] == {"by": "ada"}
+    assert await driver.effects(saga_id) == [("open", "booked"), ("close", "booked")]

@@ -441,21 +441,21 @@ async def test_unknown_action_and_bad_payload_are_rejected_as_bad_command(
     assert await driver.effects(saga) == []
 
 
-async def test_in_order_within_one_saga(driver: Driver) -> None:
-    """Commands of one saga handed over together, each taking less time than the one before:
-    run concurrently they would finish (and record their effect) last-first."""
-    saga = uuid.uuid4()
-    count = 20
-    commands = [
-        driver.command("note", Phase.ACTION,
-                       {"amount": 1, "seq": i, "delay_ms": 2 * (count - i)}, saga_id=saga)
-        for i in range(count)
-    ]
-    # Distinct steps, so each is a new barrier key; published back to back.
-    commands = [c.model_copy(update={"step": f"note-{i}"}) for i, c in enumerate(commands)]
+async def test_the_phases_of_one_step_run_in_order(driver: Driver) -> None:
+    """An action and its compensation handed over together, the action slow: run out of
+    order, the compensation would find no action (a null compensation) and the barrier would
+    then refuse the late action. (Independent steps of one saga may run at once:
+    ``test_participant_saga_lanes``.)"""
+    sagas = [uuid.uuid4() for _ in range(5)]
+    commands = []
+    for saga in sagas:
+        body = {"amount": 1, "seq": 0, "delay_ms": 80}
+        commands += [driver.command("note", Phase.ACTION, body, saga_id=saga),
+                     driver.command("note", Phase.COMPENSATE, body, saga_id=saga)]
     replies = await driver.send_many(commands)
     assert all(r.outcome is Outcome.OK for r in replies)
-    assert await driver.effects(saga) == [(f"note-{i}", 1) for i in range(count)]
+    for saga in sagas:
+        assert await driver.effects(saga) == [("note-0", 1), ("unnote", 1)]
 
 
 # --- real path only ---------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""The real loop under load: 200 sagas at once, in order within each saga, each effect once."""
+"""The real loop under load: 200 sagas at once, each effect once (a saga's independent steps
+may run at once: ``saga_lanes``; the order of one step's phases is covered by
+``test_participant_saga_lanes``)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ SAGAS = 200
 STEPS = 5
 
 
-async def test_200_sagas_in_parallel_in_order_per_saga(
+async def test_200_sagas_in_parallel_each_effect_once(
     fresh_db: str, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     conn = await asyncpg.connect(fresh_db)
@@ -87,7 +89,8 @@ async def test_200_sagas_in_parallel_in_order_per_saga(
         per_saga: dict[uuid.UUID, list[str]] = {}
         for row in rows:
             per_saga.setdefault(row["saga_id"], []).append(row["kind"])
-        assert all(kinds == [f"note-{i}" for i in range(STEPS)] for kinds in per_saga.values())
+        assert all(sorted(kinds) == [f"note-{i}" for i in range(STEPS)]
+                   for kinds in per_saga.values())
         # Offsets were committed after the replies: a new member of the group starts at the end.
         group = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=NAME,
                                  enable_auto_commit=False)

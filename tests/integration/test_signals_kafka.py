@@ -43,13 +43,21 @@ class AwaitApproval(Saga):
     steps = (WaitForSignal("approval", "approved", payload=Approval),)
 
 
+class NotesThenApproval(Saga):
+    name = "notes_then_approval"
+    input_model = Nothing
+    max_kept_signals_per_name = 1
+    steps = (WaitForSignal("approval", "approved", payload=Approval),
+             WaitForSignal("note", "noted"))
+
+
 @pytest.fixture
 async def stack(fresh_db: str, kafka_bootstrap: str, topic_prefix: str
                 ) -> AsyncIterator[tuple[SagaStore, AIOKafkaProducer, str]]:
     await migrated(fresh_db)
     topic = signal_topic(topic_prefix)
     await create_topics(kafka_bootstrap, {reply_topic(topic_prefix): 1, topic: 2})
-    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitApproval])
+    registry = SagaRegistry(topic_prefix=topic_prefix, sagas=[AwaitApproval, NotesThenApproval])
     settings = CoordinatorSettings(
         dsn=fresh_db, kafka_bootstrap=kafka_bootstrap, topic_prefix=topic_prefix,
         group_id=f"{topic_prefix}-coordinator", timer_max_idle=timedelta(milliseconds=200),
@@ -117,4 +125,32 @@ async def test_a_kafka_signal_with_start_starts_the_saga_and_delivers_once(
     history = await store.get_history(saga_id)
     assert [h.event.type for h in history][:2] == ["saga_started", "signal_received"]
     assert sum(h.event.type == "signal_received" for h in history) == 1
+    await verify_all(store, [saga_id])
+
+
+async def test_a_kafka_signal_past_the_kept_bound_becomes_a_dead_letter(
+    stack: tuple[SagaStore, AIOKafkaProducer, str],
+) -> None:
+    store, producer, topic = stack
+    saga_id = (await store.start_saga("notes_then_approval", {})).record.saga_id
+    records = [SignalEnvelope(saga_id=saga_id, name="noted", signal_id="n-1"),
+               SignalEnvelope(saga_id=saga_id, name="noted", signal_id="n-2"),
+               SignalEnvelope(saga_id=saga_id, name="approved", signal_id="a-1",
+                              payload={"approver": "ada"})]
+    for envelope in records:  # in order: one key, one partition
+        await producer.send_and_wait(topic, encode_signal(envelope), key=str(saga_id).encode())
+    deadline = time.monotonic() + 30
+    while True:
+        record = await store.get_saga(saga_id)
+        assert record is not None
+        if record.status == "completed":
+            break
+        assert time.monotonic() < deadline, record.status
+        await asyncio.sleep(0.1)
+    async with store.pool.acquire() as conn:
+        letters = await conn.fetch("SELECT reason FROM sagaflow_dead_letters "
+                                   "WHERE source = 'coordinator:signals' ORDER BY id")
+    assert [r["reason"].split(":")[0] for r in letters] == ["signal refused"]
+    assert "max_kept_signals_per_name=1" in letters[0]["reason"]
+    assert record.state.steps["note"].result == {}  # n-1, kept, then taken
     await verify_all(store, [saga_id])

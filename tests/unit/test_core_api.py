@@ -24,7 +24,8 @@ ENGINE = {
     "ParentRequest", "Outstanding", "RepairVerb", "ReplyReceived", "SagaStarted", "SagaState",
     "SignalReceived", "Stage", "TaskActed", "TaskAction",
     "Status", "StepKind", "StepPhase", "StepState", "TimerFired", "TimerKind", "TimerRequest",
-    "advance", "compile_saga", "event_from_json", "message_id", "replay", "timer_id",
+    "advance", "compile_saga", "event_from_json", "message_id", "node_results", "replay",
+    "timer_id",
 }
 DEFINITION = {
     "DEFAULT_DEADLINE", "DEFAULT_RETRY", "DEFAULT_ROLLBACK_RETRY",

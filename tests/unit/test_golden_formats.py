@@ -64,7 +64,7 @@ def _nodes(doc: Any) -> Any:
 
 def _spine(doc: Any) -> Any:
     """The spine column read as the store reads it: with the input and node rows."""
-    state = state_from_rows(dumps(doc), "{}", "{}")
+    state = state_from_rows(dumps(doc), "{}", "{}", "[]")
     return json.loads(spine_json(state))
 
 
@@ -189,7 +189,8 @@ def test_the_node_rows_and_spine_assemble_the_snapshot() -> None:
     spine = json.loads((stored / "spine-running.json").read_text())
     rows = json.loads((stored / "nodes-running.json").read_text())
     nodes = [(r["key"], dumps(r["state"])) for r in sorted(rows, key=lambda r: r["ordinal"])]
-    state = state_from_rows(dumps(spine), dumps(snapshot["input"]), steps_json(nodes))
+    state = state_from_rows(dumps(spine), dumps(snapshot["input"]), steps_json(nodes),
+                            "[]")
     _contains(state.to_json(), snapshot, "assembled")
 
 

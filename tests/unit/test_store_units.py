@@ -24,7 +24,7 @@ def test_public_surface_is_pinned() -> None:
         "SagaConflict", "SagaNotFound", "SagaPage", "SagaRecord", "SagaStore", "StartResult",
         "StoreError", "TimerRecord", "TransientStoreError", "UnknownSagaType",
         "UnknownSagaVersion", "VerifyResult", "InvalidSignalPayload", "SagaFinished",
-        "SignalResult", "UnknownSignal", "BusinessKeyConflict",
+        "SignalResult", "TooManySignals", "UnknownSignal", "BusinessKeyConflict",
     }
     assert set(worker_pkg.__all__) == {
         "SagaImportError", "Worker", "WorkerStateError", "build_registry", "import_saga",

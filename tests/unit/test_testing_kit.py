@@ -12,7 +12,8 @@ from pydantic import BaseModel
 import coordinator.testing as kit
 from coordinator.language.nodes import ChildSaga, Sleep, WaitForSignal
 from coordinator.language.saga import Saga, SagaStep
-from coordinator.store import InvalidSignalPayload
+from coordinator.language.steps import DefinitionError
+from coordinator.store import InvalidSignalPayload, TooManySignals
 from coordinator.testing import SagaTestEnv
 from participant_sdk import BusinessRejection, HandlerContext, Participant, on_action, on_compensate
 
@@ -171,3 +172,35 @@ async def test_a_child_type_missing_from_the_env_fails_its_node() -> None:
     assert "pass its class as children=" in str(run.state.steps["ship"].last_error)
     run = await SagaTestEnv(ByName, [Accounts()], children=[Delivery]).start({"account": "a-8"})
     assert await run.run_to_end() == "completed"
+
+
+class Notes(Saga):
+    name = "notes"
+    input_model = Account
+    max_kept_signals = 3
+    max_kept_signals_per_name = 2
+    steps = (Sleep("grace", timedelta(days=1)),
+             WaitForSignal("first", "a", timeout=timedelta(days=1), on_timeout="continue"),
+             WaitForSignal("second", "c", timeout=timedelta(days=1), on_timeout="continue"),
+             WaitForSignal("third", "b", timeout=timedelta(days=1), on_timeout="continue"))
+
+
+async def test_kept_signals_are_bounded_per_name_and_per_saga() -> None:
+    run = await SagaTestEnv(Notes, []).start(Account(account="a-1"))
+    await run.signal("a")
+    await run.signal("a")
+    with pytest.raises(TooManySignals, match="max_kept_signals_per_name=2"):
+        await run.signal("a")
+    await run.signal("b")
+    with pytest.raises(TooManySignals, match="max_kept_signals=3"):
+        await run.signal("b")
+    assert len(run.state.signals) == 3  # nothing refused was kept
+    assert await run.skip()  # the sleep ends: "first" takes an "a" at once
+    await run.signal("b")  # room again
+    assert [s.name for s in run.state.signals] == ["a", "b", "b"]
+
+
+def test_the_bounds_must_be_positive_ints() -> None:
+    with pytest.raises(DefinitionError, match="max_kept_signals_per_name"):
+        type("Bad", (Saga,), {"name": "bad", "input_model": Account, "steps": Notes.steps,
+                              "max_kept_signals_per_name": 0})

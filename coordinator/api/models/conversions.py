@@ -61,8 +61,8 @@ def _error(state: SagaState, key: str | None) -> ErrorOut | None:
                                              at=err.at)
 
 
-def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = None
-           ) -> SagaDetail:
+def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = None,
+           results: dict[str, Any] | None = None) -> SagaDetail:
     state = record.state
     steps = [
         StepOut(key=s.key, node=s.node, parent=s.parent, phase=s.phase,
@@ -73,7 +73,8 @@ def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = No
         for s in state.steps.values()
     ]
     return SagaDetail(**summary(record, stuck), input=state.input, steps=steps,
-                      result=state.results(), dead_step=state.dead_step,
+                      result=state.results() if results is None else results,
+                      dead_step=state.dead_step,
                       rollback_reason=state.rollback_reason, dead_reason=state.dead_reason,
                       repaired=state.repaired, late_ok=state.late_ok,
                       resolution=state.resolution, history_length=record.history_seq,

@@ -123,8 +123,8 @@ class SagaDetail(SagaSummary):
     #: The child sagas this saga started (oldest first, at most 1,000).
     children: list[ChildOut] = []
     steps: list[StepOut]
-    #: Results of the steps whose forward phase succeeded, by step.
-    result: dict[str, dict[str, Any] | None]
+    #: Every succeeded node's result by node key (a for-each's: a list per item).
+    result: dict[str, Any]
     dead_step: str | None
     #: Why the rollback started; kept when the rollback later dies.
     rollback_reason: str | None = None

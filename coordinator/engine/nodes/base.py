@@ -333,7 +333,7 @@ class Results(Mapping[str, Any]):
 
 def context(w: Work, scope: Scope) -> StepContext[Any]:
     """What a guard or mapper sees: a fresh input model (a mapper may not see another's
-    edits), the results so far, and the for-each item if any."""
+    edits), the results so far, the for-each item if any, and the event's time."""
     state = w.state
     return StepContext(
         saga_id=state.saga_id,
@@ -342,4 +342,5 @@ def context(w: Work, scope: Scope) -> StepContext[Any]:
         results=Results(w, scope),
         item=scope.item,
         index=scope.index,
+        now=w.now,
     )

@@ -92,30 +92,37 @@ def _items(w: Work, node: CompiledGroup, scope: Scope) -> tuple[list[Any], str |
     return items, None
 
 
-def children(w: Work, node: CompiledGroup, key: str, scope: Scope
+def children(w: Work, node: CompiledGroup, key: str, scope: Scope, start: int = 0
              ) -> Iterator[tuple[CompiledNode, str, Scope]]:
+    """The items, in order (from ``start``: the walks skip a settled prefix)."""
     state = w.steps.get(key)
     inner = Scope(scope.prefix, key, scope.item, scope.index)
     body = node.children[0]
-    for index in range(state.count or 0 if state is not None else 0):
+    for index in range(start, state.count or 0 if state is not None else 0):
         yield body, item_key(key, index), inner
 
 
 def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
-    """Undo the items at once, at most ``max_concurrency`` at a time, like the forward run."""
-    cap = node.max_concurrency
-    if cap is None:
-        return base.undo_concurrent(w, children(w, node, key, scope))
+    """Undo the items at most ``max_concurrency`` at a time, like the forward run, in item
+    order from the ``walked`` mark (the items below it are all undone), so a reply costs the
+    same whatever the number of items."""
+    state = w.steps.get(key)
+    cap, walked = node.max_concurrency, state.walked if state is not None else 0
     waiting, active = False, 0
-    for child, child_key, child_scope in children(w, node, key, scope):
-        if active >= cap and not _undoing(w, child, child_key, child_scope):
-            waiting = True  # its turn comes as a running undo finishes
-            continue
+    for child, child_key, child_scope in children(w, node, key, scope, walked):
+        if cap is not None and active >= cap and not _undoing(w, child, child_key,
+                                                             child_scope):
+            waiting = True
+            break  # its turn comes as a running undo finishes
         progress = base.undo(w, child, child_key, child_scope)
         if progress is Progress.FAILED:
             return progress
         if progress is Progress.WAITING:
             waiting, active = True, active + 1
+        elif child_key == item_key(key, walked):
+            walked += 1
+    if state is not None and walked != state.walked:
+        w.update_step(key, walked=walked)
     return Progress.WAITING if waiting else Progress.DONE
 
 

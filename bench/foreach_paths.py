@@ -1,0 +1,111 @@
+"""Pure-core cost per reply of a for-each of TCC items on every path (issue 37): forward
+(the tries), confirm, rollback (the cancels) and repair (each cancel refused for good once,
+the saga dead there, an operator retry, the cancel again).
+
+The saga is ``bench.foreach_sagas:HoldEach`` (ten items in flight), driven in memory through
+``advance`` (``coordinator.engine.simulate.Simulator``); each figure is the CPU time of the
+``advance`` calls of that path's events (replies, and the operator's retries on the repair
+path) divided by their number. ``bench.foreach_cost`` prints them beside its own figures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from bench.foreach_sagas import CONCURRENCY, HoldEach
+from coordinator.engine import compile_saga
+from coordinator.engine.simulate import Simulator
+from participant_sdk.protocol import ErrorKind, Outcome, Phase
+
+__all__ = ["PATHS", "measure_paths", "render_paths"]
+
+PATHS = ("forward", "confirm", "rollback", "repair")
+#: The phase whose replies each path times.
+_TIMED = {"forward": Phase.TRY, "confirm": Phase.CONFIRM, "rollback": Phase.CANCEL,
+          "repair": Phase.CANCEL}
+
+
+def _input(size: int, i: int) -> dict[str, Any]:
+    return {"customer_id": f"c-{i}", "amount_cents": 100, "sku": f"SKU-{i}", "quantity": 1,
+            "address": "1 Main St", "lines": size}
+
+
+def run_path(path: str, size: int, sagas: int) -> tuple[float, int, int]:
+    """(CPU seconds, events timed, most commands one decision sent) for ``sagas`` sagas of
+    ``size`` items on ``path``."""
+    definition = compile_saga(HoldEach)
+    spent, events, burst = 0.0, 0, 0
+    timed = _TIMED[path]
+    for i in range(sagas):
+        sim = Simulator(definition, saga_id=uuid.UUID(int=i + 1), check_touched=False)
+        sim.start(_input(size, i))
+        refused_once: set[str] = set()
+        while sim.pending or sim.current.status.value == "dead":
+            if sim.current.status.value == "dead":
+                dead = sim.current.dead_step
+                c0 = time.process_time()
+                decision = sim.repair("retry", step=dead, reason="bench")
+                spent += time.process_time() - c0
+                events += 1
+                burst = max(burst, len(decision.commands))
+                continue
+            command = next(iter(sim.pending.values()))
+            outcome, kind = Outcome.OK, None
+            if (command.step == "check" and command.phase is Phase.TRY
+                    and path in ("rollback", "repair")):
+                outcome, kind = Outcome.REJECTED, ErrorKind.BUSINESS
+            elif (path == "repair" and command.phase is Phase.CANCEL
+                  and command.step not in refused_once):
+                refused_once.add(command.step)
+                outcome, kind = Outcome.FAILED, ErrorKind.BAD_COMMAND
+            c0 = time.process_time()
+            decision = sim.reply_to(command, outcome, kind=kind)
+            elapsed = time.process_time() - c0
+            burst = max(burst, len(decision.commands))
+            if command.phase is timed and command.step != "check":
+                spent += elapsed
+                events += 1
+            sim.decisions.clear()  # kept states would grow the heap the GC walks
+        want = "completed" if path in ("forward", "confirm") else "compensated"
+        if sim.current.status.value != want:
+            raise RuntimeError(f"{path}: saga ended {sim.current.status.value}, not {want}")
+    return spent, events, burst
+
+
+def measure_paths(sizes: Sequence[int], replies: int, rounds: int) -> dict[str, Any]:
+    """µs per event of each path at each size (median over rounds) and the largest burst of
+    commands one decision sent (at most ``CONCURRENCY`` when the bound holds)."""
+    run_path("forward", 10, 2)  # warm imports and pydantic's caches
+    runs: dict[str, dict[int, list[float]]] = {p: {s: [] for s in sizes} for p in PATHS}
+    bursts: dict[str, dict[int, int]] = {p: {} for p in PATHS}
+    for _ in range(rounds):
+        for size in sizes:
+            for path in PATHS:
+                spent, events, burst = run_path(path, size, max(1, replies // size))
+                runs[path][size].append(spent * 1e6 / max(events, 1))
+                bursts[path][size] = max(burst, bursts[path].get(size, 0))
+    return {"sizes": list(sizes), "concurrency": CONCURRENCY,
+            "us_per_event": {p: {s: statistics.median(runs[p][s]) for s in sizes}
+                             for p in PATHS},
+            "largest_burst": bursts}
+
+
+def render_paths(figures: dict[str, Any]) -> str:
+    sizes = figures["sizes"]
+    head = f"{'engine only, TCC items: advance CPU µs per event':<52}"
+    head += "".join(f"{f'N={s}':>12}" for s in sizes)
+    head += "".join(f"{f'{s}/{sizes[0]}':>10}" for s in sizes[1:]) + f"{'burst':>8}"
+    lines = [head, "-" * len(head)]
+    for path in PATHS:
+        values = [figures["us_per_event"][path][s] for s in sizes]
+        row = f"{path:<52}" + "".join(f"{v:>12,.1f}" for v in values)
+        row += "".join(f"{(v / values[0] if values[0] else float('nan')):>9.1f}x"
+                       for v in values[1:])
+        lines.append(row + f"{max(figures['largest_burst'][path].values()):>8}")
+    lines.append(f"burst: most commands one decision sent (the bound is "
+                 f"{figures['concurrency']} in flight)")
+    return "\n".join(lines)
