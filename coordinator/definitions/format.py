@@ -15,8 +15,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from coordinator.definitions.expressions import compile_expression
 from coordinator.definitions.schemas import JsonSchema
 from coordinator.language.calendars import BusinessCalendar
 from coordinator.language.policies import RetryPolicy
@@ -28,8 +29,16 @@ FORMAT: Final = "sagaflow/v1"
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")]
 Text = Annotated[str, Field(max_length=2000)]
-#: A JMESPath expression over ``{"input", "results", "item", "index"}``.
-Expression = Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+def _parses(source: str) -> str:
+    compile_expression(source)  # raises ValueError (a validation error at its path)
+    return source
+
+
+#: A JMESPath expression over ``{"input", "results", "item", "index"}``, parsed when the
+#: definition is read, so a syntax error is reported with the others, at its path.
+Expression = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_parses)]
 
 
 class _Strict(BaseModel):
