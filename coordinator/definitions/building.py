@@ -68,8 +68,8 @@ class _Builder:
         if key not in self.models:
             try:
                 self.models[key] = model_from_schema(schema, name)
-            except (ValueError, TypeError) as exc:
-                self.problems.append(Problem(path, str(exc)))
+            except Exception as exc:  # pydantic's own schema errors too: data, not a crash
+                self.problems.append(Problem(path, str(exc).splitlines()[0]))
                 return None
         return self.models[key]
 

@@ -117,12 +117,17 @@ class _BudgetedInterpreter(visitor.TreeInterpreter):
         return result
 
     def visit_comparator(self, node: dict[str, Any], value: Any) -> Any:
-        for child in node["children"]:
-            self.charge_size(super().visit(child, value))
-        return super().visit_comparator(node, value)
+        left, right = (_whole(self.visit(child, value)) for child in node["children"])
+        self.charge_size(left)
+        self.charge_size(right)
+        compare = self.COMPARATOR_FUNC[node["value"]]
+        if node["value"] in self._EQUALITY_OPS:
+            return compare(left, right)
+        return compare(left, right) if visitor._is_comparable(left) and \
+            visitor._is_comparable(right) else None
 
     def visit_function_expression(self, node: dict[str, Any], value: Any) -> Any:
-        args = [self.visit(child, value) for child in node["children"]]
+        args = [_whole(self.visit(child, value)) for child in node["children"]]
         for arg in args:
             if not isinstance(arg, visitor._Expression):
                 self.charge_size(arg)
@@ -155,7 +160,7 @@ class Expression:
         """The value of the expression over ``data``, of the shape ``returns`` asks for."""
         interpreter = _BudgetedInterpreter(EVALUATION_BUDGET)
         try:
-            value = interpreter.visit(self._parsed.parsed, dict(data))
+            value = _whole(interpreter.visit(self._parsed.parsed, dict(data)))
             interpreter.charge_size(value)
         except _OverBudget:
             raise self._failed(f"more than {EVALUATION_BUDGET} units of work") from None
@@ -214,20 +219,51 @@ def expression_of(value: Any) -> str | None:
 
 
 class _Results(dict[str, Any]):
-    """The results so far, as JMESPath sees them: every key listed, and a for-each item's own
-    steps also found by their bare names (the lookup the engine's results mapping does)."""
+    """The results so far, as JMESPath sees them. ``results.name`` looks one result up (a
+    for-each item's own steps by their bare names, as the engine's mapping does); only an
+    expression that lists them all (``results.*``, ``keys(results)``) reads every one, so a
+    payload of item 9,000 of a for-each does not read the other 8,999 results."""
 
     def __init__(self, results: Mapping[str, Any]) -> None:
-        super().__init__({key: _plain(results[key]) for key in results})
+        super().__init__()
         self._lookup = results
+        self._filled = False
+
+    def _fill(self) -> None:
+        if not self._filled:
+            self._filled = True
+            super().update({key: _plain(self._lookup[key]) for key in self._lookup})
 
     def get(self, key: Any, default: Any = None) -> Any:
-        if key in self:
-            return self[key]
         try:
             return _plain(self._lookup[key])
-        except KeyError:
+        except (KeyError, TypeError):
             return default
+
+    def keys(self) -> Any:
+        self._fill()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._fill()
+        return super().values()
+
+    def items(self) -> Any:
+        self._fill()
+        return super().items()
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._fill()
+        return super().__len__()
+
+
+def _whole(value: Any) -> Any:
+    """Every result read, where a value is compared, passed to a function or returned."""
+    return dict(value.items()) if isinstance(value, _Results) else value
 
 
 def _plain(value: Any) -> Any:

@@ -112,6 +112,8 @@ def _read_yaml(text: str, refuse: Any) -> Any:
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
         return yaml.safe_load(text)
+    except InvalidDefinition:
+        raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""

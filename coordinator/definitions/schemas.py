@@ -91,9 +91,11 @@ def _annotation(schema: JsonSchema, at: str) -> Any:
         if len(kinds) != 1 or schema.type is not None:
             raise ValueError(f"{at}: anyOf must be one schema and {{'type': 'null'}}")
         return Optional[_annotation(kinds[0], at)]  # noqa: UP045 (a runtime-built type)
+    constraints = _constraints(schema, at)
     if schema.enum is not None:
+        if constraints or schema.type not in (None, "string", "integer", "number", "boolean"):
+            raise ValueError(f"{at}: enum takes a scalar type and no other constraint")
         return Literal[tuple(schema.enum)]
-    constraints = _constraints(schema)
     base: Any
     if schema.type == "object":
         if schema.properties is not None:
@@ -111,7 +113,19 @@ def _annotation(schema: JsonSchema, at: str) -> Any:
     return Annotated[base, Field(**constraints)] if constraints else base
 
 
-def _constraints(schema: JsonSchema) -> dict[str, Any]:
+#: The type each constraint keyword belongs to (a constraint on another type is a mistake).
+_CONSTRAINT_TYPES = {"minLength": ("string",), "maxLength": ("string",), "pattern": ("string",),
+                     "minItems": ("array",), "maxItems": ("array",),
+                     **{k: ("integer", "number") for k in ("minimum", "maximum",
+                                                            "exclusiveMinimum",
+                                                            "exclusiveMaximum")}}
+
+
+def _constraints(schema: JsonSchema, at: str) -> dict[str, Any]:
+    for keyword, types in _CONSTRAINT_TYPES.items():
+        if getattr(schema, keyword) is not None and schema.type not in types:
+            raise ValueError(f"{at}: {keyword} needs type {' or '.join(types)}, "
+                             f"not {schema.type or 'none'}")
     pairs = (("minLength", "min_length"), ("maxLength", "max_length"), ("pattern", "pattern"),
              ("minItems", "min_length"), ("maxItems", "max_length"), ("minimum", "ge"),
              ("maximum", "le"), ("exclusiveMinimum", "gt"), ("exclusiveMaximum", "lt"))
