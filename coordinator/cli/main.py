@@ -217,8 +217,9 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--host", help="bind address (SAGAFLOW_API_HOST)")
     api.add_argument("--port", type=int, help="port (SAGAFLOW_API_PORT)")
     for sub in (worker, topics, verify, compact, api):
-        sub.add_argument("--saga", action="append", metavar="MODULE:CLASS",
-                         help="saga class to load (repeatable; SAGAFLOW_SAGAS)")
+        sub.add_argument("--saga", action="append", metavar="MODULE:CLASS|FILE.yaml",
+                         help="saga class, or saga definition file, to load (repeatable; "
+                         "SAGAFLOW_SAGAS)")
         if sub is not worker:
             sub.add_argument("--topic-prefix", dest="topic_prefix",
                              help="prefix of every topic (SAGAFLOW_TOPIC_PREFIX)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, RootModel
 
@@ -22,8 +22,9 @@ from coordinator.definitions.schemas import JsonSchema, model_from_schema
 from coordinator.language import nodes as flow
 from coordinator.language.steps import DefinitionError, SagaStep, TccStep
 from coordinator.language.tasks import Escalation, HumanTask
-from coordinator.sagas.patterns.catalog import class_name
-from coordinator.sagas.queries import QueryContext
+
+if TYPE_CHECKING:
+    from coordinator.sagas.queries import QueryContext
 
 __all__ = ["QueryAnswer", "QueryExpression", "build_saga_class"]
 
@@ -151,12 +152,12 @@ class _Builder:
 
     def _wait(self, n: fmt.WaitDef, at: str) -> flow.WaitForSignal:
         payload = None if n.payload is None else self.model(
-            n.payload, f"{class_name(n.signal)}Signal", f"{at}.payload")
+            n.payload, f"{_camel(n.signal)}Signal", f"{at}.payload")
         return flow.WaitForSignal(n.name, n.signal, payload=payload, timeout=n.timeout,
                                   on_timeout=n.on_timeout, description=n.description)
 
     def _task(self, n: fmt.TaskDef, at: str) -> HumanTask:
-        form = None if n.form is None else self.model(n.form, f"{class_name(n.name)}Form",
+        form = None if n.form is None else self.model(n.form, f"{_camel(n.name)}Form",
                                                       f"{at}.form")
         on_timeout: Any = n.on_timeout
         if isinstance(on_timeout, dict) and form is not None:
@@ -216,6 +217,15 @@ def _class_problems(message: str, cls_name: str) -> list[Problem]:
         node = where.removeprefix(cls_name).lstrip(".")
         out.append(Problem(f"node {node}" if node else "", what or line.strip()))
     return out
+
+
+def class_name(saga_name: str) -> str:
+    """``order_fulfilment`` -> ``OrderFulfilmentSaga`` (as the pattern library names them)."""
+    return _camel(saga_name) + "Saga"
+
+
+def _camel(name: str) -> str:
+    return "".join(p.capitalize() for p in name.replace("-", "_").split("_"))
 
 
 def _set(**values: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from coordinator.definitions import load_saga, load_saga_file
+from coordinator.engine.compiled import compile_saga
 from coordinator.language.saga import Saga
 from coordinator.testing import SagaTestEnv
 from examples.checkout_saga import CheckoutSaga
@@ -126,3 +127,14 @@ async def test_a_query_is_an_expression_over_status_input_and_results() -> None:
     env = SagaTestEnv(cls, [recording("shipping", "ship", False, [])])
     run = await env.start({"n": 7})
     assert run.query("progress") == {"status": "completed", "n": 7, "first": "first"}
+
+
+def test_a_worker_registers_a_definition_file_named_like_a_class() -> None:
+    from coordinator.sagas.loading import SagaImportError, build_registry
+
+    registry = build_registry([str(ROOT / "examples" / "order_saga.yaml"),
+                               "examples.checkout_saga:CheckoutSaga"], topic_prefix="t")
+    assert registry.names() == ["checkout", "order"]
+    assert registry.latest("order").to_json() == compile_saga(OrderSaga, topic_prefix="t").to_json()
+    with pytest.raises(SagaImportError, match="steps: Field required"):
+        build_registry([str(ROOT / "docs" / "saga-definition.schema.json")], topic_prefix="t")
