@@ -29,6 +29,7 @@ FORMAT: Final = "sagaflow/v1"
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")]
 Text = Annotated[str, Field(max_length=2000)]
+Names = Annotated[list[Name], Field(max_length=100)]
 
 
 def _parses(source: str) -> str:
@@ -179,8 +180,8 @@ class TaskDef(_Strict):
     form: JsonSchema | None = None
     outcome_field: Name = "outcome"
     reject: list[str] = Field(default_factory=lambda: ["reject"], max_length=50)
-    users: list[Name] | Expr = Field(default_factory=list, max_length=100)
-    groups: list[Name] | Expr = Field(default_factory=list, max_length=100)
+    users: Names | Expr = Field(default_factory=list)
+    groups: Names | Expr = Field(default_factory=list)
     priority: int = Field(default=50, ge=0, le=100)
     due: timedelta | Expr | None = None
     calendar: BusinessCalendar | None = None
