@@ -16,6 +16,8 @@ from coordinator.api.errors import install_error_handlers
 from coordinator.api.jobs import RepairJobRunner
 from coordinator.api.routes_asyncapi import router as asyncapi_router
 from coordinator.api.routes_dead_letters import router as dead_letters_router
+from coordinator.api.routes_definitions import register_uploaded
+from coordinator.api.routes_definitions import router as definitions_router
 from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_migrations import router as migrations_router
@@ -105,6 +107,7 @@ def create_app(
             wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None),
             saga_ends=ends)
         try:
+            await register_uploaded(app.state.ctx)
             if runner is not None:
                 await runner.start()
             yield
@@ -127,6 +130,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(sagas_router)
     app.include_router(versions_router)
+    app.include_router(definitions_router)
     app.include_router(signals_router)
     app.include_router(results_router)
     app.include_router(schedules_router)

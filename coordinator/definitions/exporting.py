@@ -26,7 +26,7 @@ from coordinator.language.policies import DEFAULT_DEADLINE, DEFAULT_RETRY, DEFAU
 from coordinator.language.steps import SagaStep, TccStep, resolve_policy
 from coordinator.language.tasks import Approval, HumanTask
 
-__all__ = ["export", "to_json", "to_yaml"]
+__all__ = ["export", "plain_definition", "to_json", "to_yaml"]
 
 
 class _Exporter:
@@ -165,7 +165,8 @@ def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.
                           **_given(description=cls.description or None, queries=queries or None))
 
 
-def _plain(definition: fmt.Definition) -> dict[str, Any]:
+def plain_definition(definition: fmt.Definition) -> dict[str, Any]:
+    """The definition as JSON-ready data, as written (fields left out stay out)."""
     data = definition.model_dump(mode="json", exclude_unset=True, exclude={"format"})
     plain: dict[str, Any] = _kind_first({"format": definition.format, **data})
     return plain
@@ -182,11 +183,11 @@ def _kind_first(value: Any) -> Any:
 
 
 def to_json(definition: fmt.Definition) -> str:
-    return json.dumps(_plain(definition), indent=2) + "\n"
+    return json.dumps(plain_definition(definition), indent=2) + "\n"
 
 
 def to_yaml(definition: fmt.Definition) -> str:
-    text: str = yaml.safe_dump(_plain(definition), sort_keys=False, allow_unicode=True,
+    text: str = yaml.safe_dump(plain_definition(definition), sort_keys=False, allow_unicode=True,
                                width=100)
     return text
 

@@ -34,6 +34,7 @@ from coordinator.runtime.publishing import CommandPublishing, start_command_publ
 from coordinator.runtime.signal_batch import handle_signal_batch
 from coordinator.runtime.signal_wire import signal_topic
 from coordinator.runtime.worker.compaction import CompactionLoop
+from coordinator.runtime.worker.definitions import DefinitionsLoop, register_uploaded
 from coordinator.runtime.worker.offset_commits import OffsetCommitter
 from coordinator.runtime.worker.versions import check_live_versions
 from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
@@ -88,6 +89,7 @@ class Worker:
         self.observability: WorkerObservability | None = None
         #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
         self.compaction: CompactionLoop | None = None
+        self.definitions: DefinitionsLoop | None = None
         #: Fires the due schedules (created by start()).
         self.schedules: ScheduleFirer | None = None
         #: Counters for tests and logs.
@@ -120,6 +122,7 @@ class Worker:
             async with self.store.pool.acquire() as conn:
                 await migrate(conn)
         try:
+            await register_uploaded(self.store, self.registry)
             async with self.store.pool.acquire() as conn:
                 await check_live_versions(conn, self.registry,
                                           allow=s.allow_unregistered_versions)
@@ -147,6 +150,8 @@ class Worker:
         if s.compact_interval.total_seconds() > 0:
             self.compaction = CompactionLoop(self.store, s, name=self.name)
             await self.compaction.start()
+        self.definitions = DefinitionsLoop(self.store, self.registry, name=self.name)
+        await self.definitions.start()
         consumer = AIOKafkaConsumer(
             reply_topic(s.topic_prefix),
             signal_topic(s.topic_prefix),
@@ -210,6 +215,8 @@ class Worker:
             await self._end_hints.stop()
         if self.compaction is not None:
             await self.compaction.stop()
+        if self.definitions is not None:
+            await self.definitions.stop()
         if self.observability is not None:
             await self.observability.stop()
         if self._owns_store and self._store is not None:
