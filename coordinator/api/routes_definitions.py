@@ -34,6 +34,7 @@ from coordinator.store.definitions import (
     register_stored,
     save_definition,
 )
+from coordinator.versioning.compat import compare_sagas
 from coordinator.versioning.machine_diff import diff_machines
 
 __all__ = ["router"]
@@ -57,6 +58,10 @@ class DefinitionOut(BaseModel):
     definition: dict[str, Any] | None = Field(
         default=None, description="The definition (in a fetch; left out of the list).")
     registered: bool = Field(description="Whether this API process has registered it.")
+    compatibility: list[str] = Field(
+        default_factory=list,
+        description="On upload: what clients of the previous version see change (its input, "
+                    "signals and queries), each line BREAKING or ok.")
 
 
 class DefinitionsOut(BaseModel):
@@ -143,7 +148,17 @@ async def upload_definition(request: Request, response: Response, ctx: Ctx,
     if not created:
         response.status_code = 200
     response.headers["Location"] = f"/saga-definitions/{stored.name}/{stored.version}"
-    return _out(ctx, stored, full=True)
+    out = _out(ctx, stored, full=True)
+    out.compatibility = _compatibility(ctx, definition.name, definition.version, cls)
+    return out
+
+
+def _compatibility(ctx: Context, name: str, version: int, cls: type[Any]) -> list[str]:
+    """The input compatibility check against the newest earlier version this process has."""
+    earlier = [c for c in ctx.registry.types() if c.name == name and c.version < version]
+    if not earlier or earlier[-1].saga_class is None:
+        return []
+    return [str(change) for change in compare_sagas(earlier[-1].saga_class, cls)]
 
 
 @router.get("/saga-definitions", response_model=DefinitionsOut,

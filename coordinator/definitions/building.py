@@ -38,6 +38,8 @@ class QueryExpression:
 
     def __init__(self, expression: Expression) -> None:
         self.expression = expression
+        #: What ``typing.get_type_hints`` reads (the compatibility check of query results).
+        self.__annotations__ = {"return": QueryAnswer}
 
     @property
     def source(self) -> str:

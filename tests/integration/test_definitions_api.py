@@ -66,21 +66,28 @@ async def test_an_admin_uploads_lists_fetches_and_diffs_definitions_then_starts_
     changed = await _upload(api, ORDER_YAML.replace("PT10S", "PT20S", 1))
     assert changed.status_code == 409
     assert changed.json()["error"]["code"] == "definition_taken"
-    assert (await _upload(api, json.dumps(_v2()), content_type="application/json")
-            ).status_code == 201
+    second = await _upload(api, json.dumps(_v2()), content_type="application/json")
+    assert second.status_code == 201
+    assert second.json()["compatibility"] == []  # v2 takes the same input
+    v3 = _v2() | {"version": 3}
+    v3["input"]["required"].append("coupon")
+    v3["input"]["properties"]["coupon"] = {"type": "string"}
+    third = await _upload(api, json.dumps(v3), content_type="application/json")
+    assert third.json()["compatibility"] == [
+        "BREAKING  input.coupon: new required field"], third.json()
 
     listed = (await api.get("/saga-definitions")).json()["items"]
     assert [(d["name"], d["version"], d["uploaded_by"]) for d in listed] == [
-        ("order", 1, "ada"), ("order", 2, "ada")]
+        ("order", 1, "ada"), ("order", 2, "ada"), ("order", 3, "ada")]
     fetched = (await api.get("/saga-definitions/order/1")).json()
     assert fetched["definition"] == json.loads(json.dumps(yaml.safe_load(ORDER_YAML)))
     diff = (await api.get("/saga-definitions/order/diff", params={"from": 1, "to": 2})).json()
     assert diff["steps_added"] == ["notify"] and not diff["steps_removed"]
-    assert (await api.get("/saga-definitions/order/3")).status_code == 404
+    assert (await api.get("/saga-definitions/order/4")).status_code == 404
 
-    started = await api.post("/sagas", {"type": "order", "input": ORDER})
+    started = await api.post("/sagas", {"type": "order", "input": ORDER | {"coupon": "c"}})
     assert started.status_code == 201, started.text
-    assert started.json()["version"] == 2  # the latest uploaded version
+    assert started.json()["version"] == 3  # the latest uploaded version
     sent = await outbox_commands(api.store)
     assert [(c.step, c.payload) for c in sent] == [
         ("reserve_funds", {"customer": "c-1", "amount": 2500})]

@@ -138,3 +138,15 @@ def test_a_worker_registers_a_definition_file_named_like_a_class() -> None:
     assert registry.latest("order").to_json() == compile_saga(OrderSaga, topic_prefix="t").to_json()
     with pytest.raises(SagaImportError, match="steps: Field required"):
         build_registry([str(ROOT / "docs" / "saga-definition.schema.json")], topic_prefix="t")
+
+
+def test_the_compatibility_check_reads_a_definitions_input_signals_and_queries() -> None:
+    from coordinator.versioning.compat import compare_sagas
+
+    with_query = FAILING + "queries:\n  progress: 'input.n'\n"
+    old, new = load_saga(with_query), load_saga(with_query.replace(
+        "required: [n]", "required: [n, m]").replace("{n: {type: integer}}",
+                                                     "{n: {type: integer}, m: {type: string}}"))
+    assert [str(c) for c in compare_sagas(old, new)] == [
+        "BREAKING  input.m: new required field"]
+    assert compare_sagas(old, load_saga(FAILING))[0].what == "query removed"
