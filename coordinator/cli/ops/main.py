@@ -19,7 +19,7 @@ from uuid import UUID
 
 import httpx
 
-from coordinator.cli.ops import schedules
+from coordinator.cli.ops import definitions, schedules
 from coordinator.cli.ops.render import (
     page_params,
     render_dead,
@@ -279,6 +279,8 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
     command = args.command
     if command == "schedules":
         schedules.render_schedules(args, data, out)
+    elif command == "definitions":
+        definitions.render_definitions(args, data, out)
     elif command == "list":
         out.write(table(data["items"], ["saga_id", "saga_type", "version", "status", "state",
                                         "retries", "stuck", "created_at"]))
@@ -470,6 +472,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cursor", help="list: the next_cursor of the previous page")
     schedules.add_schedule_commands(add("schedules", cmd_schedules, "recurring and delayed "
                                         "saga starts: list, create, pause, trigger, backfill..."))
+    definitions.add_definition_commands(add("definitions", definitions.handler(
+        _call, CliError), "sagas declared as data: upload (admin), list, show, diff"))
     return parser
 
 
