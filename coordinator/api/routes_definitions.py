@@ -22,7 +22,13 @@ from pydantic import BaseModel, Field
 from coordinator.api.auth import Principal, Role, require
 from coordinator.api.deps import ERRORS, Context, context
 from coordinator.api.errors import ApiError, BadRequest, Conflict, NotFound
-from coordinator.definitions import InvalidDefinition, load_definition, parse_definition
+from coordinator.definitions import (
+    Definition,
+    InvalidDefinition,
+    load_definition,
+    parse_definition,
+    to_yaml,
+)
 from coordinator.definitions.loading import MAX_DEFINITION_BYTES
 from coordinator.engine.compiled import compile_saga
 from coordinator.language.steps import DefinitionError
@@ -94,6 +100,20 @@ async def register_uploaded(ctx: Context) -> list[tuple[str, int]]:
             return await register_stored(conn, ctx.registry)
         except asyncpg.UndefinedTableError:  # a database not migrated to 0014 yet
             return []
+
+
+async def uploaded_definitions(ctx: Context) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every upload (registered here first), by name and version: who, when, and its YAML
+    (for the web console's saga types page)."""
+    await register_uploaded(ctx)
+    async with ctx.store.pool.acquire() as conn:
+        try:
+            rows = await list_definitions(conn)
+        except asyncpg.UndefinedTableError:
+            return {}
+    return {(r.name, r.version): {"by": r.uploaded_by, "at": r.uploaded_at,
+                                  "yaml": to_yaml(Definition.model_validate(r.definition))}
+            for r in rows}
 
 
 def _out(ctx: Context, stored: StoredDefinition, *, full: bool) -> DefinitionOut:

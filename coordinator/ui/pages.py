@@ -26,6 +26,7 @@ from coordinator.api.models import (
     summary,
 )
 from coordinator.api.queries import children_of, list_sagas, matching_ids
+from coordinator.api.routes_definitions import uploaded_definitions
 from coordinator.engine import Status
 from coordinator.store import SagaRecord
 from coordinator.store.queries import get_history
@@ -244,10 +245,12 @@ async def dead_letters(request: Request) -> Response:
 async def types(request: Request) -> Response:
     me = signed_in(request)
     ctx = api_context(request)
+    uploads = await uploaded_definitions(ctx)
     compiled = sorted(ctx.registry.types(), key=lambda c: (c.name, -c.version))
     latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
     shown = [{"c": c, "latest": c.version == latest[c.name], "svg": state_svg(c),
-              "json": c.to_json()} for c in compiled]
+              "json": c.to_json(), "upload": uploads.get((c.name, c.version))}
+             for c in compiled]
     return page(request, "types.html", me=me, types=shown)
 
 

@@ -127,3 +127,22 @@ async def test_another_process_picks_an_upload_up_without_a_restart(
         started = await other.post("/sagas", json={"type": "order", "input": ORDER},
                                    headers=bearer(OPERATOR))
         assert started.status_code == 201, started.text
+
+
+async def test_the_console_types_page_shows_who_uploaded_a_definition(
+    api_store: tuple[SagaStore, Any],
+) -> None:
+    from coordinator.ui import UiSettings
+
+    store, clock = api_store
+    async with app_client(store, clock, base_url="http://ui.test",
+                          ui=UiSettings(session_secret="test-secret-1")) as client:
+        api = Api(client, store, clock)
+        assert (await _upload(api, ORDER_YAML)).status_code == 201
+        form = (await client.get("/ui/login")).text
+        csrf = form.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        await client.post("/ui/login", data={"csrf_token": csrf, "token": VIEWER,
+                                             "next": "/ui/types"})
+        page = (await client.get("/ui/types")).text
+    assert "Declared as data: uploaded by ada" in page
+    assert "payload: &#39;{customer: input.customer_id" in page  # the YAML, escaped
