@@ -38,6 +38,7 @@ from coordinator.store.definitions import (
     get_definition,
     list_definitions,
     register_stored,
+    register_uploaded,
     save_definition,
 )
 from coordinator.versioning.compat import compare_sagas
@@ -93,19 +94,10 @@ class InvalidDefinitionError(ApiError):
     code = "invalid_definition"
 
 
-async def register_uploaded(ctx: Context) -> list[tuple[str, int]]:
-    """Register the uploaded definitions this process lacks (those of other API processes)."""
-    async with ctx.store.pool.acquire() as conn:
-        try:
-            return await register_stored(conn, ctx.registry)
-        except asyncpg.UndefinedTableError:  # a database not migrated to 0014 yet
-            return []
-
-
 async def uploaded_definitions(ctx: Context) -> dict[tuple[str, int], dict[str, Any]]:
     """Every upload (registered here first), by name and version: who, when, and its YAML
     (for the web console's saga types page)."""
-    await register_uploaded(ctx)
+    await register_uploaded(ctx.store.pool, ctx.registry)
     async with ctx.store.pool.acquire() as conn:
         try:
             rows = await list_definitions(conn)

@@ -37,10 +37,10 @@ from coordinator.api.models import (
 )
 from coordinator.api.queries import children_of, id_range, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
-from coordinator.api.routes_definitions import register_uploaded
 from coordinator.engine import RepairVerb, Status
 from coordinator.sagas.diagram import mermaid
 from coordinator.store import SagaRecord, UnknownSagaType, UnknownSagaVersion
+from coordinator.store.definitions import register_uploaded
 from coordinator.store.records import StartResult
 
 __all__ = ["router"]
@@ -110,7 +110,7 @@ async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
         started = await start()
     except (UnknownSagaType, UnknownSagaVersion):
         # Perhaps uploaded through another API process since: register it, then try again.
-        if not await register_uploaded(ctx):
+        if not await register_uploaded(ctx.store.pool, ctx.registry):
             raise
         started = await start()
     if not started.created:

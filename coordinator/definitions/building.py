@@ -41,10 +41,6 @@ class QueryExpression:
         #: What ``typing.get_type_hints`` reads (the compatibility check of query results).
         self.__annotations__ = {"return": QueryAnswer}
 
-    @property
-    def source(self) -> str:
-        return self.expression.source
-
     def __call__(self, q: QueryContext[Any]) -> QueryAnswer:
         return QueryAnswer(self.expression.evaluate(
             {"status": q.status, "input": q.input.model_dump(mode="json"),

@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 
 from coordinator.definitions import format as fmt
-from coordinator.definitions.building import QueryExpression
 from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import expression_of
 from coordinator.definitions.schemas import schema_from_model
@@ -37,10 +36,7 @@ class _Exporter:
     def expr(self, mapper: Any, key: str) -> str | None:
         if mapper is None:
             return None
-        source = expression_of(mapper) or (
-            mapper.source if isinstance(mapper, QueryExpression) else None)
-        if source is None:
-            source = self.expressions.get(key)
+        source = expression_of(mapper) or self.expressions.get(key)
         if source is None:
             self.problems.append(Problem(key, "is a Python function: give its JMESPath "
                                               f"expression as expressions[{key!r}]"))

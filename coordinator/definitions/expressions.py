@@ -214,8 +214,10 @@ def compile_expression(source: Any, returns: Returns = "any") -> Expression:
 
 
 def expression_of(value: Any) -> str | None:
-    """The source of a mapper that is an :class:`Expression`, else ``None``."""
-    return value.source if isinstance(value, Expression) else None
+    """The source of a mapper that is an :class:`Expression` (or wraps one, as a loaded
+    definition's query does), else ``None``."""
+    inner = getattr(value, "expression", value)
+    return inner.source if isinstance(inner, Expression) else None
 
 
 class _Results(dict[str, Any]):

@@ -29,6 +29,7 @@ __all__ = [
     "get_definition",
     "list_definitions",
     "register_stored",
+    "register_uploaded",
     "save_definition",
 ]
 
@@ -98,6 +99,16 @@ async def list_definitions(conn: asyncpg.Connection,
         "FROM saga_definitions WHERE $1::text IS NULL OR name = $1 ORDER BY name, version",
         name)
     return [_row(r) for r in rows]
+
+
+async def register_uploaded(pool: asyncpg.Pool, registry: Any) -> list[tuple[str, int]]:
+    """:func:`register_stored` on a connection of ``pool``; a database not migrated to 0014
+    yet has nothing uploaded."""
+    async with pool.acquire() as conn:
+        try:
+            return await register_stored(conn, registry)
+        except asyncpg.UndefinedTableError:
+            return []
 
 
 async def register_stored(conn: asyncpg.Connection, registry: Any) -> list[tuple[str, int]]:

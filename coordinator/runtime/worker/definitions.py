@@ -13,26 +13,15 @@ import contextlib
 import logging
 from typing import Any, Final
 
-import asyncpg
-
 from coordinator.store import SagaStore
-from coordinator.store.definitions import register_stored
+from coordinator.store.definitions import register_uploaded
 
-__all__ = ["POLL", "DefinitionsLoop", "register_uploaded"]
+__all__ = ["POLL", "DefinitionsLoop"]
 
 log = logging.getLogger(__name__)
 
 #: How often a worker looks for definitions it has not registered yet, in seconds.
 POLL: Final = 5.0
-
-
-async def register_uploaded(store: SagaStore, registry: Any) -> list[tuple[str, int]]:
-    """Register what was uploaded since; a database without migration 0014 has nothing."""
-    async with store.pool.acquire() as conn:
-        try:
-            return await register_stored(conn, registry)
-        except asyncpg.UndefinedTableError:
-            return []
 
 
 class DefinitionsLoop:
@@ -61,6 +50,6 @@ class DefinitionsLoop:
             if self._stopping.is_set():
                 return
             try:
-                await register_uploaded(self.store, self.registry)
+                await register_uploaded(self.store.pool, self.registry)
             except Exception:
                 log.exception("%s: registering uploaded saga definitions failed", self.name)

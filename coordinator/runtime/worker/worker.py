@@ -34,11 +34,12 @@ from coordinator.runtime.publishing import CommandPublishing, start_command_publ
 from coordinator.runtime.signal_batch import handle_signal_batch
 from coordinator.runtime.signal_wire import signal_topic
 from coordinator.runtime.worker.compaction import CompactionLoop
-from coordinator.runtime.worker.definitions import DefinitionsLoop, register_uploaded
+from coordinator.runtime.worker.definitions import DefinitionsLoop
 from coordinator.runtime.worker.offset_commits import OffsetCommitter
 from coordinator.runtime.worker.versions import check_live_versions
 from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
 from coordinator.store import SagaStore
+from coordinator.store.definitions import register_uploaded
 from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
@@ -122,7 +123,7 @@ class Worker:
             async with self.store.pool.acquire() as conn:
                 await migrate(conn)
         try:
-            await register_uploaded(self.store, self.registry)
+            await register_uploaded(self.store.pool, self.registry)
             async with self.store.pool.acquire() as conn:
                 await check_live_versions(conn, self.registry,
                                           allow=s.allow_unregistered_versions)

@@ -88,3 +88,13 @@ def test_exporting_python_mappers_needs_their_expressions_and_lists_every_missin
         "reserve_funds.payload", "lines.items", "reserve_stock.payload", "carrier_a.payload",
         "carrier_b.payload"]
     assert "expressions['lines.items']" in str(refused.value)
+
+
+def test_the_package_surface_is_deliberate() -> None:
+    import coordinator.definitions as package
+
+    assert set(package.__all__) == {
+        "FORMAT", "Definition", "Expression", "ExpressionFailed", "InvalidDefinition",
+        "Problem", "compile_expression", "export", "load_definition", "load_saga",
+        "load_saga_file", "parse_definition", "to_json", "to_yaml"}
+    assert all(hasattr(package, name) for name in package.__all__)
