@@ -10,7 +10,8 @@ JMESPath has no time limit of its own, so every bound here is on work, never on 
 (a clock would make a replay decide differently from the first run):
 
 * the text: at most :data:`MAX_EXPRESSION_CHARS` characters, parsed once at load time into at
-  most :data:`MAX_AST_NODES` nodes (an unparsable expression is a load error, with its path);
+  most :data:`MAX_AST_NODES` nodes nested at most :data:`MAX_AST_DEPTH` deep (an unparsable
+  expression is a load error, with its path);
 * the work of one evaluation: a budget of :data:`EVALUATION_BUDGET` units; each node visited
   costs one, each list or object it builds costs its length, and each comparison and function
   call costs the size of its operands (counted up to what is left of the budget). Multi-selects
@@ -49,6 +50,8 @@ __all__ = [
 
 MAX_EXPRESSION_CHARS: Final = 2_000
 MAX_AST_NODES: Final = 400
+#: Deepest nesting of an expression's parts (the interpreter recurses once per level).
+MAX_AST_DEPTH: Final = 50
 EVALUATION_BUDGET: Final = 200_000
 
 #: What an expression must return where it is used.
@@ -134,10 +137,12 @@ class _BudgetedInterpreter(visitor.TreeInterpreter):
         return self._functions.call_function(node["value"], args)
 
 
-def _ast_size(node: Any) -> int:
-    if isinstance(node, dict):
-        return 1 + sum(_ast_size(c) for c in node.get("children", ()))
-    return 0
+def _ast_shape(node: Any) -> tuple[int, int]:
+    """How many parts a parsed expression has, and how deep they nest."""
+    if not isinstance(node, dict):
+        return 0, 0
+    shapes = [_ast_shape(c) for c in node.get("children", ())]
+    return 1 + sum(s for s, _ in shapes), 1 + max((d for _, d in shapes), default=0)
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,8 @@ class Expression:
             interpreter.charge_size(value)
         except _OverBudget:
             raise self._failed(f"more than {EVALUATION_BUDGET} units of work") from None
+        except RecursionError:  # a deep value compared or converted by a function
+            raise self._failed("met a value nested too deeply") from None
         except jmespath_errors.JMESPathError as exc:
             raise self._failed("failed: " + str(exc).replace("\n", " ")) from None
         return self._shaped(value)
@@ -208,8 +215,11 @@ def compile_expression(source: Any, returns: Returns = "any") -> Expression:
         raise ValueError(f"not a JMESPath expression: {message}") from None
     except (RecursionError, ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"not a JMESPath expression: {type(exc).__name__}") from None
-    if _ast_size(parsed.parsed) > MAX_AST_NODES:
+    size, depth = _ast_shape(parsed.parsed)
+    if size > MAX_AST_NODES:
         raise ValueError(f"expression has more than {MAX_AST_NODES} parts")
+    if depth > MAX_AST_DEPTH:
+        raise ValueError(f"expression nests deeper than {MAX_AST_DEPTH} levels")
     return Expression(source, returns, parsed)
 
 

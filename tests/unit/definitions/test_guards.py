@@ -79,11 +79,15 @@ def test_an_expression_is_bounded_in_length_and_parts() -> None:
         compile_expression("a" * (MAX_EXPRESSION_CHARS + 1))
     with pytest.raises(ValueError, match="parts"):
         compile_expression(" || ".join(["a"] * 300))
+    with pytest.raises(ValueError, match="nests deeper than"):
+        compile_expression("!" * 60 + "a")
+    with pytest.raises(ValueError, match="not a JMESPath expression"):
+        compile_expression("!" * 900 + "a")  # the parser's own recursion, caught
 
 
 @pytest.mark.parametrize("source", [
     "input" + " | [@, @]" * 40 + " | length(to_string(@))",  # each step doubles the value
-    "input" + " | [@, @]" * 40 + " | [] " * 40,
+    "input" + " | [@, @]" * 20 + " | [] " * 20,
     "repeat(input, `10000`) | [*].[@, @, @, @, @, @, @, @, @, @]",
     "input" + " | [@, @]" * 40,  # a result that would serialise to gigabytes
 ])
@@ -169,3 +173,11 @@ def test_any_json_value_is_refused_with_paths(value: Any) -> None:
 @given(st.binary(max_size=300) | st.text(max_size=300))
 def test_any_bytes_or_text_are_refused(text: str | bytes) -> None:
     assert _outcome(text) is None
+
+
+def test_a_value_nested_too_deeply_for_python_fails_the_expression_not_the_process() -> None:
+    value: Any = 1
+    for _ in range(3000):
+        value = [value]
+    with pytest.raises(ExpressionFailed, match="nested too deeply"):
+        compile_expression("to_string(input)").evaluate({"input": value})
