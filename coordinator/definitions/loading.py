@@ -70,6 +70,31 @@ def load_saga_file(path: str | Path) -> type[Any]:
     return load_saga(text, str(file))
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    one silently, so a pasted second ``retry:`` would hide the first)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool):
+                continue  # an unhashable key is refused by the format's models
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        twice = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
+        raise ValueError(f"key {twice!r} given twice")
+    return out
+
+
 def _too_big(size: int) -> str:
     return f"{size} bytes, more than the {MAX_DEFINITION_BYTES} a definition may have"
 
@@ -87,12 +112,14 @@ def _read(text: str | bytes, source: str) -> Any:
             raise refuse(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     if text.lstrip().startswith(("{", "[")):
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise refuse(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
                 from None
         except RecursionError:
             raise refuse(f"nests deeper than {MAX_NESTING} levels") from None
+        except ValueError as exc:  # a key given twice
+            raise refuse(f"not a definition: {exc}") from None
     else:
         data = _read_yaml(text, refuse)
     _check_shape(data, refuse)
@@ -111,7 +138,7 @@ def _read_yaml(text: str, refuse: Any) -> Any:
                     raise refuse(f"nests deeper than {MAX_NESTING} levels")
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no Python objects
     except InvalidDefinition:
         raise
     except yaml.MarkedYAMLError as exc:

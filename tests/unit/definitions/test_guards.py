@@ -181,3 +181,12 @@ def test_a_value_nested_too_deeply_for_python_fails_the_expression_not_the_proce
         value = [value]
     with pytest.raises(ExpressionFailed, match="nested too deeply"):
         compile_expression("to_string(input)").evaluate({"input": value})
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("name: a\nversion: 1\nname: b\n", "(file): not YAML: key 'name' given twice at line 3"),
+    ('{"name": "a", "version": 1, "name": "b"}', "(file): not a definition: key 'name' given "
+                                                  "twice"),
+])
+def test_a_key_given_twice_is_refused_not_silently_overwritten(text: str, says: str) -> None:
+    assert _refused(text)[0].startswith(says), _refused(text)
