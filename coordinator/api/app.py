@@ -16,6 +16,7 @@ from coordinator.api.errors import install_error_handlers
 from coordinator.api.jobs import RepairJobRunner
 from coordinator.api.routes_asyncapi import router as asyncapi_router
 from coordinator.api.routes_dead_letters import router as dead_letters_router
+from coordinator.api.routes_definitions import router as definitions_router
 from coordinator.api.routes_health import router as health_router
 from coordinator.api.routes_jobs import router as jobs_router
 from coordinator.api.routes_migrations import router as migrations_router
@@ -35,6 +36,7 @@ from coordinator.runtime.hints.results import SagaEndWaiters, start_saga_end_hin
 from coordinator.runtime.hints.timers import start_timer_waker
 from coordinator.runtime.publishing import start_command_publishing
 from coordinator.store import SagaStore
+from coordinator.store.definitions import register_uploaded
 from participant_sdk.pools import create_pool
 
 if TYPE_CHECKING:
@@ -123,6 +125,7 @@ def create_app(
             wake_workers=timer_waker.wake if timer_waker is not None else (lambda: None),
             saga_ends=ends, participants=participants)
         try:
+            await register_uploaded(the_store.pool, the_store.registry)
             if runner is not None:
                 await runner.start()
             yield
@@ -146,6 +149,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(sagas_router)
     app.include_router(versions_router)
+    app.include_router(definitions_router)
     app.include_router(signals_router)
     app.include_router(tasks_router)
     app.include_router(results_router)

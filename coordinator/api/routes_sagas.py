@@ -40,7 +40,9 @@ from coordinator.api.repairs import RepairOptions, apply_repair
 from coordinator.api.routes_results import saga_results
 from coordinator.engine import RepairVerb, Status
 from coordinator.sagas.diagram import mermaid
-from coordinator.store import SagaRecord
+from coordinator.store import SagaRecord, UnknownSagaType, UnknownSagaVersion
+from coordinator.store.definitions import register_uploaded
+from coordinator.store.records import StartResult
 
 __all__ = ["router"]
 
@@ -105,9 +107,18 @@ async def start_saga(body: StartRequest, response: Response, ctx: Ctx,
                      who: Operator) -> SagaDetail:
     start_at = body.start_at if body.delay_seconds is None else (
         ctx.now() + timedelta(seconds=body.delay_seconds))
-    started = await ctx.store.start_saga(body.type, body.input, saga_id=body.saga_id,
-                                         version=body.version, actor=f"api:{who.name}",
-                                         start_at=start_at, started_by=who.name)
+    async def start() -> StartResult:
+        return await ctx.store.start_saga(body.type, body.input, saga_id=body.saga_id,
+                                          version=body.version, actor=f"api:{who.name}",
+                                          start_at=start_at, started_by=who.name)
+
+    try:
+        started = await start()
+    except (UnknownSagaType, UnknownSagaVersion):
+        # Perhaps uploaded through another API process since: register it, then try again.
+        if not await register_uploaded(ctx.store.pool, ctx.registry):
+            raise
+        started = await start()
     if not started.created:
         response.status_code = 200
     response.headers["Location"] = f"/sagas/{started.record.saga_id}"

@@ -1,5 +1,5 @@
 """``sagaflow-coordinator <verb>`` (``python -m coordinator``): migrate, worker, api, topics,
-verify, compact, diagram, compat.
+verify, compact, diagram, compat, validate.
 
 Each verb is one small function; options override ``SAGAFLOW_*`` environment settings (the
 configuration reference, ``docs/configuration.md``, lists them). The worker and the API need
@@ -208,6 +208,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="draw a saga class's state machine (Mermaid, or --json)")
     verbs.add_parser("compat", add_help=False,
                      help="compare two saga versions' input models; exit 1 when breaking")
+    verbs.add_parser("validate", add_help=False,
+                     help="check saga definition files (JSON/YAML); exit 1 on any problem")
     worker = verb("worker", cmd_worker, "run the reply consumer and the timer loop")
     worker.add_argument("--kafka-bootstrap", dest="kafka_bootstrap",
                         help="Kafka bootstrap servers (SAGAFLOW_KAFKA_BOOTSTRAP)")
@@ -240,8 +242,9 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--host", help="bind address (SAGAFLOW_API_HOST)")
     api.add_argument("--port", type=int, help="port (SAGAFLOW_API_PORT)")
     for sub in (worker, topics, verify, compact, api):
-        sub.add_argument("--saga", action="append", metavar="MODULE:CLASS",
-                         help="saga class to load (repeatable; SAGAFLOW_SAGAS)")
+        sub.add_argument("--saga", action="append", metavar="MODULE:CLASS|FILE.yaml",
+                         help="saga class, or saga definition file, to load (repeatable; "
+                         "SAGAFLOW_SAGAS)")
         if sub is not worker:
             sub.add_argument("--topic-prefix", dest="topic_prefix",
                              help="prefix of every topic (SAGAFLOW_TOPIC_PREFIX)")
@@ -258,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.versioning.compat import main_compat
 
         return main_compat(given[1:])
+    if given[:1] == ["validate"]:  # nor this one
+        from coordinator.cli.validate import main_validate
+
+        return main_validate(given[1:])
     args = _parser().parse_args(given)
     service = "sagaflow-api" if args.verb == "api" else "sagaflow-coordinator"
     configure_logging(service, level=logging.DEBUG if args.verbose else None)

@@ -16,8 +16,21 @@ class SagaImportError(ValueError):
     """A ``module:Class`` spec does not name an importable saga class."""
 
 
+#: A spec ending so names a saga definition file (``coordinator.definitions``), not a class.
+DEFINITION_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def import_saga(spec: str) -> type[Saga]:
-    """The saga class ``spec`` (``package.module:ClassName``) names."""
+    """The saga class ``spec`` (``package.module:ClassName``, or a definition file's path
+    ending in ``.yaml``, ``.yml`` or ``.json``) names."""
+    if spec.endswith(DEFINITION_SUFFIXES):
+        from coordinator.definitions import InvalidDefinition, load_saga_file
+
+        try:
+            cls: type[Saga] = load_saga_file(spec)
+        except InvalidDefinition as exc:
+            raise SagaImportError(str(exc)) from None
+        return cls
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SagaImportError(f"saga spec {spec!r} must look like 'package.module:ClassName'")

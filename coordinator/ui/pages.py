@@ -26,6 +26,7 @@ from coordinator.api.models import (
     summary,
 )
 from coordinator.api.queries import children_of, list_sagas, matching_ids
+from coordinator.api.routes_definitions import uploaded_definitions
 from coordinator.engine import Status
 from coordinator.observability.stuck import node_name
 from coordinator.store import SagaRecord
@@ -262,6 +263,7 @@ async def dead_letters(request: Request) -> Response:
 async def types(request: Request) -> Response:
     me = signed_in(request)
     ctx = api_context(request)
+    uploads = await uploaded_definitions(ctx)
     compiled = sorted(ctx.registry.types(), key=lambda c: (c.name, -c.version))
     latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
     async with ctx.store.pool.acquire() as conn:
@@ -271,7 +273,7 @@ async def types(request: Request) -> Response:
         here = counts.get((c.name, c.version), {})
         shown.append({"c": c, "latest": c.version == latest[c.name], "counts": here,
                       "svg": state_svg(c, marks=dict.fromkeys(here, "here"), counts=here),
-                      "json": c.to_json()})
+                      "json": c.to_json(), "upload": uploads.get((c.name, c.version))})
     return page(request, "types.html", me=me, types=shown)
 
 

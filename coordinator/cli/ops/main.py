@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from coordinator.cli.ops import schedules, tasks
+from coordinator.cli.ops import definitions, schedules, tasks
 from coordinator.cli.ops.http import CliError, find_saga
 from coordinator.cli.ops.http import call as _call
 from coordinator.cli.ops.render import (
@@ -243,6 +243,8 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
         schedules.render_schedules(args, data, out)
     elif command == "tasks":
         tasks.render_tasks(args, data, out)
+    elif command == "definitions":
+        definitions.render_definitions(args, data, out)
     elif command == "list":
         out.write(table(data["items"], ["saga_id", "business_key", "saga_type", "version",
                                         "status", "state", "retries", "stuck", "created_at"]))
@@ -437,6 +439,8 @@ def _parser() -> argparse.ArgumentParser:
     schedules.add_schedule_commands(add("schedules", _sub(schedules), "recurring and delayed "
                                         "saga starts: list, create, pause, trigger, backfill..."))
     tasks.add_task_commands(add("tasks", _sub(tasks), "human tasks: list, show, claim, ..."))
+    definitions.add_definition_commands(add("definitions", definitions.handler(
+        _call, CliError), "sagas declared as data: upload (admin), list, show, diff"))
     return parser
 
 

@@ -34,10 +34,12 @@ from coordinator.runtime.publishing import CommandPublishing, start_command_publ
 from coordinator.runtime.signal_batch import handle_signal_batch
 from coordinator.runtime.signal_wire import signal_topic
 from coordinator.runtime.worker.compaction import CompactionLoop
+from coordinator.runtime.worker.definitions import DefinitionsLoop
 from coordinator.runtime.worker.offset_commits import OffsetCommitter
 from coordinator.runtime.worker.versions import check_live_versions
 from coordinator.schedules import ScheduleFirer, ScheduleMetrics, sync_declared
 from coordinator.store import SagaStore
+from coordinator.store.definitions import register_uploaded
 from participant_sdk.probes import database_answers, tasks_alive
 from participant_sdk.protocol import reply_topic
 from participant_sdk.startup import open_with_retry
@@ -90,6 +92,7 @@ class Worker:
         self.observability: WorkerObservability | None = None
         #: Scheduled checkpoints of long histories (None while ``compact_interval`` is 0).
         self.compaction: CompactionLoop | None = None
+        self.definitions: DefinitionsLoop | None = None
         #: Fires the due schedules (created by start()).
         self.schedules: ScheduleFirer | None = None
         #: Counters for tests and logs.
@@ -122,6 +125,7 @@ class Worker:
             async with self.store.pool.acquire() as conn:
                 await migrate(conn)
         try:
+            await register_uploaded(self.store.pool, self.registry)
             async with self.store.pool.acquire() as conn:
                 await check_live_versions(conn, self.registry,
                                           allow=s.allow_unregistered_versions)
@@ -152,6 +156,8 @@ class Worker:
         if s.compact_interval.total_seconds() > 0:
             self.compaction = CompactionLoop(self.store, s, name=self.name)
             await self.compaction.start()
+        self.definitions = DefinitionsLoop(self.store, self.registry, name=self.name)
+        await self.definitions.start()
         consumer = AIOKafkaConsumer(
             reply_topic(s.topic_prefix),
             signal_topic(s.topic_prefix),
@@ -217,6 +223,8 @@ class Worker:
             await self._end_hints.stop()
         if self.compaction is not None:
             await self.compaction.stop()
+        if self.definitions is not None:
+            await self.definitions.stop()
         if self.observability is not None:
             await self.observability.stop()
         if self._owns_store and self._store is not None:
