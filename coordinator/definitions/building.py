@@ -113,7 +113,7 @@ class _Builder:
     def _race(self, n: fmt.RaceDef, at: str) -> flow.Race:
         return flow.Race(n.name, tuple(self.branch(b, f"{at}.branches[{i}]")
                                        for i, b in enumerate(n.branches)),
-                         quorum=n.quorum, description=n.description)
+                         quorum=n.quorum, verdicts=n.verdicts, description=n.description)
 
     def _foreach(self, n: fmt.ForEachDef, at: str) -> flow.ForEach:
         items = self.expr(n.items, "list", f"{at}.items")

@@ -72,7 +72,9 @@ class _Exporter:
             if isinstance(n, flow.Parallel):
                 return fmt.ParallelDef(kind="parallel", name=at, branches=branches, **common)
             return fmt.RaceDef(kind="race", name=at, branches=branches,
-                               **_given(quorum=n.quorum if n.quorum != 1 else None), **common)
+                               **_given(quorum=n.quorum if n.quorum != 1 else None,
+                                        verdicts=n.verdicts if n.verdicts != "decided"
+                                        else None), **common)
         if isinstance(n, flow.ForEach):
             return fmt.ForEachDef(kind="foreach", name=at, items=self.expr(n.items, f"{at}.items"),
                                   body=self.branch(n.body), max_items=n.max_items,

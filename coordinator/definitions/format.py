@@ -99,6 +99,7 @@ class RaceDef(_Node):
     kind: Literal["race"]
     branches: list[Branch] = Field(min_length=1, max_length=100)
     quorum: int = Field(default=1, ge=1)
+    verdicts: Literal["decided", "first_rejection", "all"] = "decided"
 
 
 class ForEachDef(_Node):

@@ -119,7 +119,9 @@ def _compile_node(spec: Any) -> CompiledNode:
         kind = GroupKind.PARALLEL if isinstance(spec, flow.Parallel) else GroupKind.RACE
         branches = tuple(_branch(f"{spec.name}.{i}", b) for i, b in enumerate(spec.branches))
         quorum = spec.quorum if isinstance(spec, flow.Race) else 1
+        verdicts = spec.verdicts if isinstance(spec, flow.Race) else "decided"
         return CompiledGroup(name=spec.name, kind=kind, children=branches, quorum=quorum,
+                             verdicts=verdicts,
                              description=spec.description)
     if isinstance(spec, flow.ForEach):
         body = _group(f"{spec.name}[]", GroupKind.SEQUENCE, spec.body, "")

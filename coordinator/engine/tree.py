@@ -218,8 +218,9 @@ class CompiledGroup:
     items: Callable[[Any], Any] | None = None
     max_concurrency: int | None = None
     max_items: int = 0
-    #: race: how many branches must succeed.
+    #: race: how many branches must succeed, and when it is decided (``Race.verdicts``).
     quorum: int = 1
+    verdicts: str = "decided"
     #: choice: one guard per child; ``None`` marks the ``otherwise`` branch.
     guards: tuple[Guard | None, ...] = ()
     #: patched: the change id, and how many children form the new path.
@@ -239,6 +240,8 @@ class CompiledGroup:
             out.update(max_concurrency=self.max_concurrency, max_items=self.max_items)
         if self.kind is GroupKind.RACE:
             out["quorum"] = self.quorum
+            if self.verdicts != "decided":  # exports of older races stay as they were
+                out["verdicts"] = self.verdicts
         if self.kind is GroupKind.CHOICE:
             out["otherwise"] = bool(self.guards) and self.guards[-1] is None
         if self.kind is GroupKind.PATCHED:

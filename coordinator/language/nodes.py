@@ -121,6 +121,10 @@ class Race:
     branches: tuple[Any, ...]
     _: KW_ONLY
     quorum: int = 1
+    #: When the race is decided: ``"decided"`` as soon as the outcome is known,
+    #: ``"first_rejection"`` fails it at the first branch that fails (a veto), ``"all"``
+    #: waits for every branch's verdict first (approvers are all heard).
+    verdicts: Literal["decided", "first_rejection", "all"] = "decided"
     description: str = ""
 
 

@@ -414,6 +414,9 @@ def _own_problems(at: str, node: Any) -> list[str]:
             if not isinstance(q, int) or isinstance(q, bool) or not 1 <= q <= max(n, 1):
                 out.append(f"{at}: quorum must be an int from 1 to the number of branches "
                            f"({n}), got {q!r}")
+            if node.verdicts not in ("decided", "first_rejection", "all"):
+                out.append(f"{at}: verdicts must be 'decided', 'first_rejection' or 'all', "
+                           f"got {node.verdicts!r}")
     elif isinstance(node, Choice):
         pairs = node.branches if isinstance(node.branches, list | tuple) else None
         if not pairs:

@@ -191,10 +191,13 @@ def any_of(name: str, *tasks: HumanTask | Any) -> Race:
     return Race(name, branches=tuple(tasks), quorum=1)
 
 
-def quorum(name: str, k: int, *tasks: HumanTask | Any) -> Race:
-    """``k`` of the tasks must approve; the rest are cancelled once ``k`` approved. The group
-    fails as soon as rejections make ``k`` approvals impossible."""
-    return Race(name, branches=tuple(tasks), quorum=k)
+def quorum(name: str, k: int, *tasks: HumanTask | Any,
+           verdicts: Literal["decided", "first_rejection", "all"] = "decided") -> Race:
+    """``k`` of the tasks must approve. ``verdicts``: ``"decided"`` (the rest are cancelled
+    once ``k`` approved; the group fails as soon as rejections make ``k`` approvals
+    impossible), ``"first_rejection"`` (any rejection fails the group at once: a veto) or
+    ``"all"`` (every approver decides before the group does)."""
+    return Race(name, branches=tuple(tasks), quorum=k, verdicts=verdicts)
 
 
 def approvers(name: str, n: int, **task: Any) -> tuple[HumanTask, ...]:

@@ -21,6 +21,8 @@ from coordinator.language.tasks import (
     HumanTask,
     all_of,
     any_of,
+    approvers,
+    quorum,
 )
 from coordinator.sagas.diagram import mermaid
 from coordinator.testing import SagaTestEnv
@@ -215,6 +217,34 @@ def test_any_of_cancels_the_other_tasks_and_all_of_fails_at_the_first_rejection(
     sim.act(ids["c"], "complete", "cat", data={"outcome": "reject"})
     assert sim.tasks[ids["d"]]["state"] == "cancelled"
     assert sim.current.status is Status.COMPENSATED
+
+
+@pytest.mark.parametrize(("verdicts", "statuses"), [
+    ("decided", ["running", "completed"]),           # won at the first approval
+    ("first_rejection", ["compensated"]),            # the first rejection is a veto
+    ("all", ["running", "running", "completed"]),    # decided once all three are heard
+])
+def test_a_quorum_decides_as_soon_as_it_can_at_a_veto_or_after_every_verdict(
+        verdicts: str, statuses: list[str]) -> None:
+    class Quorum(Saga):
+        name = "quorum"
+        input_model = In
+        steps = (quorum("q", 1, *approvers("a", 3, title="A", groups=("g",)),
+                        verdicts=verdicts),)  # type: ignore[arg-type]
+
+    sim = Simulator(compile_saga(Quorum), now=MONDAY)
+    sim.start({})
+    ids = {t["node"]: t["id"] for t in sim.tasks.values()}
+    seen = []
+    for person, node, outcome in (("p1", "a_1", "reject"), ("p2", "a_2", "approve"),
+                                  ("p3", "a_3", "reject")):
+        if sim.tasks[ids[node]]["state"] != "open":
+            break
+        sim.act(ids[node], "claim", person, groups=["g"])
+        sim.act(ids[node], "complete", person, groups=["g"], data={"outcome": outcome})
+        seen.append(sim.current.status.value)
+    assert seen == statuses
+    assert sim.replayed() == sim.current
 
 
 async def test_the_kit_runs_the_expense_chain_with_four_eyes() -> None:

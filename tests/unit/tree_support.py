@@ -155,7 +155,9 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     if kind == "race":
         count = draw(st.integers(1, 3))
         return Race(name, tuple(branch() for _ in range(count)),
-                    quorum=draw(st.integers(1, count)))
+                    quorum=draw(st.integers(1, count)),
+                    verdicts=draw(st.sampled_from(["decided", "decided", "first_rejection",
+                                                   "all"])))
     if kind == "foreach":
         body = branch()
         return ForEach(name, items=lambda ctx: list(range(ctx.input.n)),

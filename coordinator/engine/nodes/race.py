@@ -20,7 +20,9 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     """Every branch starts at once. A branch that fails is undone right away; once
     ``quorum`` branches succeeded, the first ``quorum`` to finish win and every other branch
     is abandoned and undone while the saga goes on (a loser whose reply arrives after the win
-    is undone too: it was in flight, so it counts as possibly applied)."""
+    is undone too: it was in flight, so it counts as possibly applied). ``verdicts``
+    ``"first_rejection"`` fails the race at the first failed branch; ``"all"`` decides only
+    once every branch has finished."""
     state = base.enter(w, node, key, scope)
     if state.phase is StepPhase.SUCCEEDED:
         return Progress.DONE
@@ -43,6 +45,10 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
             failed += 1
             _give_up(w, *holder)
     need, total = node.quorum, len(held)
+    if node.verdicts == "first_rejection" and failed:
+        return _lost(w, key, f"{key}: a branch failed; every one had to agree")
+    if node.verdicts == "all" and len(done) + failed < total:
+        return Progress.WAITING  # every verdict is heard before the race is decided
     if len(done) >= need:
         winners = sorted(done, key=lambda bk: w.step(bk).completed_seq or 0)[:need]
         for holder in held:
@@ -53,10 +59,16 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         w.note(f"{key}: won by {', '.join(winners)}")
         return Progress.DONE
     if failed > total - need:
-        base.finish(w, key, StepPhase.FAILED)
-        w.failed(key, f"{key}: {failed} of {total} branches failed; {need} had to succeed")
-        return Progress.FAILED
+        return _lost(w, key, f"{key}: {failed} of {total} branches failed; {need} had to "
+                            "succeed")
     return Progress.WAITING
+
+
+def _lost(w: Work, key: str, reason: str) -> Progress:
+    """The race failed (its branches are undone by the rollback this starts)."""
+    base.finish(w, key, StepPhase.FAILED)
+    w.failed(key, reason)
+    return Progress.FAILED
 
 
 def _give_up(w: Work, branch: CompiledNode, key: str, scope: Scope) -> None:
