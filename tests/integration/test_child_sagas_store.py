@@ -282,7 +282,7 @@ async def test_the_ui_links_a_parent_and_its_children(store: SagaStore) -> None:
     parent = (await store.start_saga("checkout", {"order_id": "ui"})).record.saga_id
     await _settle(store)
     kids = await _children(store, parent)
-    async with app_client(store, base_url="http://ui.test",
+    async with app_client(store, base_url="https://ui.test",
                           ui=UiSettings(session_secret="test-secret-1")) as client:
         login = await client.get("/ui/login")
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', login.text)

@@ -135,7 +135,7 @@ async def test_the_console_types_page_shows_who_uploaded_a_definition(
     from coordinator.ui import UiSettings
 
     store, clock = api_store
-    async with app_client(store, clock, base_url="http://ui.test",
+    async with app_client(store, clock, base_url="https://ui.test",
                           ui=UiSettings(session_secret="test-secret-1")) as client:
         api = Api(client, store, clock)
         assert (await _upload(api, ORDER_YAML)).status_code == 201

@@ -33,7 +33,7 @@ ISS, AUD = "https://idp.test/realms/acme", "sagaflow"
 def _token(claims: dict[str, Any] | None = None, *, key: Any = SECRET, alg: str = "HS256",
            drop: tuple[str, ...] = (), **headers: Any) -> str:
     now = int(time.time())
-    body = {"iss": ISS, "aud": AUD, "exp": now + 300, "iat": now, "sub": "u-123",
+    body = {"iss": ISS, "aud": AUD, "exp": now + 3600, "iat": now, "sub": "u-123",
             "preferred_username": "fatima", "groups": ["finance", "ops"], **(claims or {})}
     for name in drop:
         body.pop(name)
