@@ -56,7 +56,8 @@ def _require_dsn(settings: CoordinatorSettings) -> None:
 
 #: Modules of the ``coordinator`` extra: a verb that imports one without it says so.
 _EXTRA_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2", "itsdangerous",
-                            "swagger_ui_bundle", "croniter", "holidays"})
+                            "swagger_ui_bundle", "croniter", "holidays", "jwt", "yaml",
+                            "jmespath"})
 
 
 def _loaded(module: str, name: str) -> type[BaseException]:

@@ -139,7 +139,7 @@ def test_without_extras_the_sdk_imports_and_the_coordinator_names_its_extra(
     assert worker.returncode == 2
     assert worker.stderr.strip().splitlines() == [
         "sagaflow-coordinator: error: this command needs the coordinator extra: "
-        "pip install 'sagaflow-tcc[coordinator]' (missing module 'holidays')"]
+        "pip install 'sagaflow-tcc[coordinator]' (missing module 'yaml')"]
     saga = _run([str(bin_dir / "saga"), "types", "--url", "http://127.0.0.1:9"],
                 cwd=bin_dir, timeout=60)
     assert saga.returncode == 2
