@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 
@@ -23,7 +22,7 @@ from coordinator.language import BusinessKey, DefinitionError, Saga, TccStep
 from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import BusinessKeyConflict, SagaStore
 from participant_sdk.protocol import Outcome
-from tests.integration.test_api_live import _port
+from tests.integration.test_api_live import served_api
 from tests.integration.test_api_support import OPERATOR, TOKENS, VIEWER, bearer
 from tests.integration.test_store_support import ManualClock, migrated, outbox_commands, reply_to
 
@@ -193,29 +192,9 @@ async def test_the_client_finds_sagas_by_their_key(
 @pytest.fixture
 async def live_url(fresh_db: str) -> AsyncIterator[tuple[str, str]]:
     """``python -m coordinator api`` serving this module's saga types; (url, dsn)."""
-    await migrated(fresh_db)
-    port = _port()
-    env = {**os.environ, "SAGAFLOW_API_TOKENS": TOKENS}
-    cmd = [sys.executable, "-m", "coordinator", "api", "--dsn", fresh_db, "--port", str(port),
-           "--topic-prefix", PREFIX,
-           *[a for s in SAGAS for a in ("--saga", f"{__name__}:{s.__name__}")]]
-    proc = subprocess.Popen(  # noqa: ASYNC220 - a server we keep running, never wait on
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as client:
-            for _ in range(150):
-                try:
-                    if (await client.get(f"{url}/openapi.json")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
-                await asyncio.sleep(0.1)
-        yield url, fresh_db
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    sagas = [f"{__name__}:{s.__name__}" for s in SAGAS]
+    async with served_api(fresh_db, sagas, TOKENS, PREFIX) as served:
+        yield served.url, served.dsn
 
 
 def _cli(url: str, *argv: str, token: str | None = VIEWER) -> tuple[int, str, str]:
