@@ -11,6 +11,7 @@ import socket
 import time
 from datetime import timedelta
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import jwt
@@ -115,22 +116,24 @@ async def test_a_jwt_without_a_mapped_role_gets_the_default_or_403() -> None:
     assert principal.role is Role.VIEWER and principal.groups == {"marketing"}
 
 
-@pytest.mark.parametrize(("token", "code"), [
-    (_token({"exp": int(time.time()) - 10}), "token_expired"),
-    (_token({"nbf": int(time.time()) + 600}), "token_not_yet_valid"),
-    (_token({"aud": "another-api"}), "invalid_audience"),
-    (_token({"iss": "https://evil.test"}), "invalid_issuer"),
-    (_token(key="another-secret-long-enough-for-hs512-" + "y" * 32), "invalid_signature"),
-    (_token(drop=("exp",)), "missing_claim"),
-    (_token(drop=("sub", "preferred_username")), "missing_claim"),
-    (_token(alg="HS512"), "invalid_token"),
-    (jwt.encode({"iss": ISS, "aud": AUD, "exp": int(time.time()) + 60, "sub": "x"}, None,
-                algorithm="none"), "invalid_token"),
-    ("eyJhbGciOiJIUzI1NiJ9.not-base64!.x", "invalid_token"),
-])
-async def test_each_bad_jwt_is_refused_with_its_reason(token: str, code: str) -> None:
+# Each token is minted when its case runs, not when the module is collected: a long run
+# (unit tests go last) would otherwise outlive the lifetimes the cases depend on.
+@pytest.mark.parametrize(("mint", "code"), [
+    (lambda: _token({"exp": int(time.time()) - 10}), "token_expired"),
+    (lambda: _token({"nbf": int(time.time()) + 600}), "token_not_yet_valid"),
+    (lambda: _token({"aud": "another-api"}), "invalid_audience"),
+    (lambda: _token({"iss": "https://evil.test"}), "invalid_issuer"),
+    (lambda: _token(key="another-secret-long-enough-for-hs512-" + "y" * 32), "invalid_signature"),
+    (lambda: _token(drop=("exp",)), "missing_claim"),
+    (lambda: _token(drop=("sub", "preferred_username")), "missing_claim"),
+    (lambda: _token(alg="HS512"), "invalid_token"),
+    (lambda: jwt.encode({"iss": ISS, "aud": AUD, "exp": int(time.time()) + 60, "sub": "x"},
+                        None, algorithm="none"), "invalid_token"),
+    (lambda: "eyJhbGciOiJIUzI1NiJ9.not-base64!.x", "invalid_token"),
+], ids=lambda case: case if isinstance(case, str) else None)
+async def test_each_bad_jwt_is_refused_with_its_reason(mint: Callable[[], str], code: str) -> None:
     with pytest.raises(Unauthenticated) as caught:
-        await _verifier().verify(token)
+        await _verifier().verify(mint())
     assert caught.value.code == code, caught.value.message
 
 
