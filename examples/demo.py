@@ -6,11 +6,11 @@ completes and one that is refused by inventory and rolls back, then a checkout (
 saga: a for-each over order lines and a race between two carriers) that completes, the slower
 carrier's booking cancelled, and one with a line out of stock that rolls back, then the order
 again with stock and shipment in a child saga (confirmed with its parent, or rolled back with
-it); prints what
-happened, audits the participants' ledgers, checks that every saga's history replays to its
-snapshot, then prints the UI's address and a sign-in token and keeps everything running until
-Ctrl-C. ``--once`` stops the processes after the report instead (CI and the end-to-end test
-use it).
+it); prints what happened, audits the participants' ledgers, checks that every saga's history
+replays to its snapshot, then prints the UI's address and a sign-in token and keeps everything
+running until Ctrl-C. ``--once`` stops the processes after the report instead (CI and the
+end-to-end test use it). ``--definitions yaml`` loads the order and checkout sagas from their
+YAML files (``examples/*.yaml``) instead of their classes, with the same outcomes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from coordinator.runtime.hints.relay import start_relay_waker
 from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
 from coordinator.store.queries import list_children
-from examples.stack import CARRIERS, SAGAS, SERVICES, fresh_database, processes, stack_commands
+from examples.stack import CARRIERS, SERVICES, fresh_database, processes, saga_specs, stack_commands
 from participant_sdk.stopping import StopSignals
 from participant_sdk.telemetry import configure as configure_telemetry
 
@@ -147,12 +147,12 @@ def _free_port(preferred: int) -> int:
 
 
 def _api_command(coordinator_dsn: str, service_dsns: dict[str, str], prefix: str,
-                 port: int, tokens: str, telemetry: dict[str, str]) -> tuple[list[str],
-                                                                             dict[str, str]]:
+                 port: int, tokens: str, telemetry: dict[str, str],
+                 sagas: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
     """The operator API with the web UI, reading the participants' dead letters too."""
     env = {
         **telemetry,
-        "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": ",".join(SAGAS),
+        "SAGAFLOW_DSN": coordinator_dsn, "SAGAFLOW_SAGAS": ",".join(sagas),
         "SAGAFLOW_TOPIC_PREFIX": prefix,
         "SAGAFLOW_API_HOST": "127.0.0.1", "SAGAFLOW_API_PORT": str(port),
         "SAGAFLOW_API_TOKENS": tokens, "SAGAFLOW_UI_SESSION_SECRET": secrets.token_urlsafe(32),
@@ -198,7 +198,8 @@ def database_names(prefix: str = "") -> dict[str, str]:
 
 
 async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080,
-              database_prefix: str = "") -> None:
+              database_prefix: str = "", definitions: str = "classes") -> None:
+    sagas = saga_specs(definitions)
     prefix = f"demo{uuid.uuid4().hex[:6]}"
     names = database_names(database_prefix)
     coordinator_dsn = await fresh_database(postgres, names.pop("coordinator"))
@@ -216,20 +217,21 @@ async def run(postgres: str, kafka: str, *, once: bool = True, port: int = 8080,
     telemetry = ({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_BSP_SCHEDULE_DELAY": "200"}
                  if otlp else {})
     commands = stack_commands(coordinator_dsn=coordinator_dsn, service_dsns=dsns, kafka=kafka,
-                              topic_prefix=prefix, env=telemetry)
+                              topic_prefix=prefix, env=telemetry, sagas=sagas)
     operator, viewer = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     if not once:
         port = _free_port(port)
         commands["api"] = _api_command(coordinator_dsn, dsns, prefix, port,
                                        f"demo:operator:{operator},guest:viewer:{viewer}",
-                                       telemetry)
+                                       telemetry, sagas)
     provider = None
     if telemetry:  # the demo's own spans (the API call that starts each saga) go to Jaeger too
         os.environ.update(telemetry)
         provider = configure_telemetry("sagaflow-demo", instrument=False)
     tracer = trace.get_tracer("examples.demo")
-    print(f"== starting the stack (topics {prefix}.*)")
-    registry = build_registry(SAGAS, topic_prefix=prefix)
+    print(f"== starting the stack (topics {prefix}.*, the order and checkout sagas as "
+          f"{'YAML definitions' if definitions == 'yaml' else 'Python classes'})")
+    registry = build_registry(sagas, topic_prefix=prefix)
     with processes(commands, HOME / "demo", grace=CHILDREN_GRACE):
         async with await SagaStore.open(coordinator_dsn, registry, max_size=2) as store:
             # Hint the relay after each start, as the API does (an idle relay waits for it).
@@ -279,10 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-prefix", default="",
                         help="prefix of the demo's database names (they are dropped and made "
                         "afresh at each run)")
+    parser.add_argument("--definitions", choices=("classes", "yaml"), default="classes",
+                        help="load the order and checkout sagas from their Python classes or "
+                        "from examples/*.yaml (the same sagas declared as data)")
     args = parser.parse_args(argv)
     try:
         asyncio.run(_stoppable(run(args.postgres, args.kafka, once=args.once, port=args.port,
-                                   database_prefix=args.database_prefix)))
+                                   database_prefix=args.database_prefix,
+                                   definitions=args.definitions)))
     except (asyncio.CancelledError, KeyboardInterrupt):
         print("\nStopped. Logs are in", HOME / "demo")
     return 0

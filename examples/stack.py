@@ -18,14 +18,17 @@ from pathlib import Path
 
 import asyncpg
 
-__all__ = ["CARRIERS", "CHECKOUT_SAGA", "SAGA", "SAGAS", "SERVICES", "Command", "fresh_database",
-           "processes", "service_argv", "stack_commands"]
+__all__ = ["CARRIERS", "CHECKOUT_SAGA", "DECLARED", "SAGA", "SAGAS", "SERVICES", "Command",
+           "fresh_database", "processes", "saga_specs", "service_argv", "stack_commands"]
 
 SAGA = "examples.order_saga:OrderSaga"
 CHECKOUT_SAGA = "examples.checkout_saga:CheckoutSaga"
 #: Every example saga type: the coordinator and the API load them all.
 SAGAS = (SAGA, CHECKOUT_SAGA, "examples.order_saga:NestedOrderSaga",
          "examples.order_saga:FulfilmentSaga")
+#: The same order and checkout sagas declared as data (YAML), loadable in place of the classes.
+DECLARED = {SAGA: str(Path(__file__).parent / "order_saga.yaml"),
+            CHECKOUT_SAGA: str(Path(__file__).parent / "checkout_saga.yaml")}
 #: The order saga's services.
 SERVICES = ("payments", "inventory", "shipping")
 #: The checkout saga's two carriers (it also uses payments and inventory).
@@ -60,6 +63,13 @@ async def drop_database(admin_dsn: str, name: str) -> None:
         await conn.close()
 
 
+def saga_specs(definitions: str = "classes") -> tuple[str, ...]:
+    """Every example saga type, the order and checkout sagas as their classes or as YAML."""
+    if definitions not in ("classes", "yaml"):
+        raise ValueError(f"definitions must be 'classes' or 'yaml', not {definitions!r}")
+    return SAGAS if definitions == "classes" else tuple(DECLARED.get(s, s) for s in SAGAS)
+
+
 def service_argv(name: str) -> list[str]:
     """The argv (after the interpreter) of example service ``name``."""
     if name in CARRIERS:
@@ -75,6 +85,7 @@ def stack_commands(
     topic_prefix: str,
     env: Mapping[str, str] | None = None,
     per_process_env: Mapping[str, Mapping[str, str]] | None = None,
+    sagas: tuple[str, ...] = SAGAS,
 ) -> dict[str, Command]:
     """The commands of the whole stack: ``coordinator``, ``relay`` and one per service."""
     py = sys.executable
@@ -84,7 +95,7 @@ def stack_commands(
     commands: dict[str, Command] = {
         "coordinator": ([py, "-m", "coordinator", "worker"],
                         {**common, "SAGAFLOW_DSN": coordinator_dsn,
-                         "SAGAFLOW_SAGAS": ",".join(SAGAS)}),
+                         "SAGAFLOW_SAGAS": ",".join(sagas)}),
         "relay": ([py, "-m", "outbox_relay"],
                   {**extra, "SAGAFLOW_RELAY_POSTGRES_DSN": coordinator_dsn,
                    "SAGAFLOW_RELAY_KAFKA_BOOTSTRAP": kafka}),

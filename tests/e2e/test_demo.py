@@ -15,23 +15,32 @@ import asyncpg
 import httpx
 import pytest
 
+from examples.demo import HOME as DEMO_HOME
 from examples.stack import dsn_for
 
 pytestmark = pytest.mark.e2e
 
 
+# The same demo with the order and checkout sagas as Python classes and as YAML definitions:
+# every outcome, ledger row and trace below is the same.
+@pytest.mark.parametrize("definitions", ["classes", "yaml"])
 def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
-    pg_url: str, kafka_bootstrap: str, jaeger_otlp: str, jaeger_query: str
+    pg_url: str, kafka_bootstrap: str, jaeger_otlp: str, jaeger_query: str, definitions: str
 ) -> None:
     # As the README says: OTEL_EXPORTER_OTLP_ENDPOINT set, then the demo.
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger_otlp}
     done = subprocess.run(
         [sys.executable, "-m", "examples.demo", "--postgres", pg_url, "--kafka", kafka_bootstrap,
-         "--once"],
+         "--once", "--definitions", definitions],
         capture_output=True, text=True, timeout=240, check=False, env=env,
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
+    assert ("as YAML definitions" if definitions == "yaml" else "as Python classes") in out
+    worker_log = (DEMO_HOME / "demo" / "coordinator.log").read_text()
+    loaded = re.search(r"sagas: .* \(from (.*)\)$", worker_log, re.M)
+    assert loaded is not None, worker_log
+    assert ("examples/order_saga.yaml" in loaded[1]) is (definitions == "yaml"), loaded[0]
     assert "== order that completes" in out and "-> completed" in out
     assert "== order that compensates" in out and "-> compensated" in out
     assert "inventory reserve_stock.try -> rejected (out of stock)" in out
