@@ -14,6 +14,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from coordinator.engine.compiled import compile_saga
+from coordinator.sagas.diagram import mermaid
 from coordinator.sagas.registry import SagaRegistry
 from coordinator.schedules import DeclaredSchedule
 from outbox_relay import RelayWaker
@@ -41,6 +43,7 @@ def test_the_pages_have_the_examples_this_test_knows() -> None:
     assert counts["README.md"] >= 2
     assert counts["docs/saga-language.md"] >= 9
     assert counts["docs/participants.md"] >= 2
+    assert counts["docs/nodes.md"] >= 11
 
 
 async def _run(page: Path, namespace: dict[str, Any]) -> None:
@@ -76,6 +79,17 @@ def _check_saga_language(ns: dict[str, Any]) -> None:
     assert all(isinstance(s, DeclaredSchedule) for s in ns["SettlementSaga"].schedules)
 
 
+_DIAGRAM = re.compile(r"<!-- diagram: (\w+) -->\n```mermaid\n(.*?)\n```", re.S)
+
+
+def _check_nodes(ns: dict[str, Any]) -> None:
+    # Each node's diagram is the one the coordinator draws for the class above it today.
+    drawn = _DIAGRAM.findall((ROOT / "docs" / "nodes.md").read_text())
+    assert len(drawn) >= 10, drawn
+    for name, diagram in drawn:
+        assert diagram == mermaid(compile_saga(ns[name])).rstrip("\n"), name
+
+
 async def _check_participants(ns: dict[str, Any]) -> None:
     # The outbox example committed its row with the business write.
     async with ns["pool"].acquire() as c:
@@ -105,5 +119,7 @@ async def test_every_example_on_the_page_runs(page: Path, fresh_db: str,
             _check_saga_language(namespace)
         elif _name(page) == "docs/participants.md":
             await _check_participants(namespace)
+        elif _name(page) == "docs/nodes.md":
+            _check_nodes(namespace)
     finally:
         await _release(namespace)
