@@ -285,8 +285,8 @@ def test_the_exported_machine_has_the_new_edges() -> None:
     d = compile_saga(type("M", (Saga,), {"name": "m", "input_model": Inp,
                                          "steps": (pay(), poll())}))
     moves = {(t.source, t.target) for t in d.transitions}
-    assert ("pay.running", "pay.compensating") in moves
-    assert ("pay.compensating", "pay.running") in moves
+    assert ("pay.running", "pay.failed") in moves and ("pay.body.running", "pay.body.failed") \
+        in moves and ("pay.fallback.pending", "pay.fallback.running") in moves
     assert ("poll.running", "poll.failed") in moves
     nodes = {n["name"]: n for n in d.to_json()["nodes"]}
     assert nodes["pay"]["on"] == ["business"] and nodes["pay"]["undo"] == "first"

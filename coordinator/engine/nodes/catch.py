@@ -1,9 +1,9 @@
 """Catch and fallback: run the body; on a caught failure undo it (or keep it) and run the
 fallback in its place. The fallback's outcome is the node's.
 
-Phases: ``running`` (the body, then the fallback: ``count`` 0 or 1), ``compensating`` while
-the failed body is being undone before the fallback starts. The caught failure is kept in
-the node's ``payload`` (``{"kind", "reason", "node"}``): the fallback's mappers read it as
+The node stays ``running`` throughout; ``count`` says where it is: 0 the body (and, once a
+failure was caught, the undo of the failed body), 1 the fallback. The caught failure is kept
+in the node's ``payload`` (``{"kind", "reason", "node"}``): the fallback's mappers read it as
 ``ctx.caught`` and the history notes it.
 """
 
@@ -38,7 +38,7 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         return Progress.FAILED
     inner = base.inner_scope(w, node, key, scope)
     body, fallback = node.children
-    if state.phase is StepPhase.RUNNING and not state.count:
+    if state.payload is None:
         progress = base.forward(w, body, inner.key(body), inner)
         if progress is not Progress.FAILED:
             return _finished(w, key, progress)
@@ -46,16 +46,16 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         if caught is None:
             base.finish(w, key, StepPhase.FAILED)  # not ours: the failure goes on up
             return Progress.FAILED
-        w.update_step(key, phase=StepPhase.COMPENSATING, payload=caught, count=_BODY)
+        w.update_step(key, payload=caught, count=_BODY)
         w.note(f"{key}: caught {caught['kind']} ({caught['reason']}); "
                + ("keeping what the body completed" if node.keep
                   else "undoing the body first"))
-    if w.step(key).phase is StepPhase.COMPENSATING:
+    if not w.step(key).count:
         progress = _clear_body(w, node, inner.key(body), inner)
         if progress is not Progress.DONE:
             # FAILED: the saga went dead at an undo; it resumes here after a repair.
             return Progress.WAITING
-        w.update_step(key, phase=StepPhase.RUNNING, count=_FALLBACK)
+        w.update_step(key, count=_FALLBACK)
         w.note(f"{key}: running the fallback")
     return _finished(w, key, base.forward(w, fallback, inner.key(fallback), inner))
 
@@ -128,9 +128,7 @@ def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
 
 
 def edges(node: CompiledGroup) -> Iterable[tuple[str, str, str]]:
-    return (*base.COMPOSITE_EDGES,
-            ("running", "compensating", "a caught failure: undoing the failed body"),
-            ("compensating", "running", "body undone (or kept): the fallback runs"))
+    return base.COMPOSITE_EDGES  # the body, its undo and the fallback all run in ``running``
 
 
 children = base.static_children
