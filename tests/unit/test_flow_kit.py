@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coordinator.definitions import export, load_saga, to_yaml
 from coordinator.definitions import compile_expression as expr
+from coordinator.definitions import export, load_saga, to_yaml
 from coordinator.engine.compiled import compile_saga
 from coordinator.language import Catch, Loop, Saga, SagaStep, Sleep, TccStep
 from coordinator.testing import SagaTestEnv
