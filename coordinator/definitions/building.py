@@ -144,7 +144,8 @@ class _Builder:
     def _catch(self, n: fmt.CatchDef, at: str) -> Catch:
         return Catch(n.name, self.branch(n.body, f"{at}.body"),
                      self.branch(n.fallback, f"{at}.fallback"),
-                     on=n.on if isinstance(n.on, str) else tuple(n.on), undo=n.undo,
+                     failures=n.failures if isinstance(n.failures, str)
+                     else tuple(n.failures), undo=n.undo,
                      description=n.description)
 
     def _loop(self, n: fmt.LoopDef, at: str) -> Loop:

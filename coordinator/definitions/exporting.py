@@ -90,7 +90,8 @@ class _Exporter:
         if isinstance(n, Catch):
             return fmt.CatchDef(kind="catch", name=at, body=self.branch(n.body),
                                 fallback=self.branch(n.fallback),
-                                on=n.on if isinstance(n.on, str) else list(n.on or ()),
+                                failures=n.failures if isinstance(n.failures, str)
+                                else list(n.failures or ()),
                                 **_given(undo=_unless(n.undo, "first")), **common)
         if isinstance(n, Loop):
             return fmt.LoopDef(kind="loop", name=at, body=self.branch(n.body),

@@ -212,7 +212,7 @@ class CatchDef(_Node):
     body: Branch
     fallback: Branch
     #: ``all``, or the kinds caught.
-    on: Literal["all"] | Annotated[list[CatchKind], Field(min_length=1, max_length=20)]
+    failures: Literal["all"] | Annotated[list[CatchKind], Field(min_length=1, max_length=20)]
     #: ``first``: undo what the body completed before the fallback runs; ``kept``: keep it.
     undo: Literal["first", "kept"] = "first"
 

@@ -255,7 +255,7 @@ class CompiledGroup:
         if self.kind is GroupKind.CHOICE:
             out["otherwise"] = bool(self.guards) and self.guards[-1] is None
         if self.kind is GroupKind.CATCH:
-            out.update(on=list(self.catches), undo="kept" if self.keep else "first")
+            out.update(failures=list(self.catches), undo="kept" if self.keep else "first")
         if self.kind is GroupKind.LOOP:
             out["max_iterations"] = self.max_items
         if self.kind is GroupKind.PATCHED:

@@ -4,7 +4,7 @@
 
     Catch("pay", body=TccStep("card", "payments", "charge"),
           fallback=SagaStep("invoice", "billing", "send_invoice", compensable=True),
-          on=("business", "deadline"))
+          failures=("business", "deadline"))
     Loop("poll", body=SagaStep("check", "carrier", "status", compensable=False),
          until=lambda ctx: ctx.results["check"]["delivered"], max_iterations=20)
 
@@ -32,7 +32,7 @@ __all__ = [
     "flow_problems",
 ]
 
-#: What a :class:`Catch` can name in ``on``, and what each failure is:
+#: What a :class:`Catch` can name in ``failures``, and what each failure is:
 CATCHABLE: Final[dict[str, str]] = {
     "business": "a participant rejected the command (or a person rejected a human task)",
     "deadline": "no reply before the step's deadline, retries used up",
@@ -52,7 +52,7 @@ ITERATIONS_CEILING: Final = 10_000
 
 @dataclass(frozen=True)
 class Catch:
-    """Run ``body``; on a failure it catches (``on``: kinds of :data:`CATCHABLE`, or
+    """Run ``body``; on a failure it catches (``failures``: kinds of :data:`CATCHABLE`, or
     ``"all"``) run ``fallback`` instead. The fallback's outcome is the node's: its result is
     the node's result, and its failure fails the node (an outer catch or the saga's rollback
     takes it). ``undo="first"`` undoes what the body completed before the fallback starts;
@@ -66,7 +66,7 @@ class Catch:
     fallback: Any
     _: KW_ONLY
     #: The failure kinds caught (required: say ``"all"`` to catch everything).
-    on: str | tuple[str, ...] | None = None
+    failures: str | tuple[str, ...] | None = None
     undo: Literal["first", "kept"] = "first"
     description: str = ""
 
@@ -91,7 +91,7 @@ class Loop:
 
 def catch_kinds(node: Catch) -> tuple[str, ...]:
     """The kinds a catch names, ``("all",)`` for all (as compiled and exported)."""
-    return (node.on,) if isinstance(node.on, str) else tuple(node.on or ())
+    return (node.failures,) if isinstance(node.failures, str) else tuple(node.failures or ())
 
 
 def flow_branches(node: Catch | Loop) -> list[tuple[str, Any]]:
@@ -116,15 +116,15 @@ def flow_problems(at: str, node: Catch | Loop) -> list[str]:
             out.append(f"{at}: max_iterations must be an int from 1 to {ITERATIONS_CEILING}, "
                        f"got {cap!r}")
         return out
-    on = node.on
+    on = node.failures
     if on is None:
-        out.append(f"{at}: on is required: the failure kinds caught ("
+        out.append(f"{at}: failures is required: the failure kinds caught ("
                    + ", ".join(CATCHABLE) + ') or "all"')
     elif isinstance(on, str):
         if on != "all" and on not in CATCHABLE:
             out.append(_unknown_kind(at, on))
     elif not isinstance(on, tuple | list) or not on:
-        out.append(f"{at}: on must be \"all\" or a non-empty tuple of failure kinds, "
+        out.append(f"{at}: failures must be \"all\" or a non-empty tuple of failure kinds, "
                    f"got {on!r}")
     else:
         out.extend(_unknown_kind(at, k) for k in on if k not in CATCHABLE)
@@ -139,7 +139,7 @@ def flow_problems(at: str, node: Catch | Loop) -> list[str]:
 
 
 def _unknown_kind(at: str, kind: Any) -> str:
-    return f"{at}: unknown failure kind {kind!r} in on (known: {', '.join(CATCHABLE)}, all)"
+    return f"{at}: unknown failure kind {kind!r} in failures (known: {', '.join(CATCHABLE)}, all)"
 
 
 def _irreversible(value: Any) -> cabc.Iterator[str]:

@@ -156,7 +156,8 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
         lines.append(f"{inner}[*] --> {first}")
         if node.kind is GroupKind.LOOP:
             last = _loop_back(lines, node, first, last, inner)
-        lines.append(f"{inner}{last} --> [*]")
+        lines.append(f"{inner}{last} --> [*]"
+                     + (": until true" if node.kind is GroupKind.LOOP else ""))
     elif node.kind is GroupKind.CHOICE:
         pick = _node_id(node.name + "_choice")
         lines.append(f"{inner}state {pick} <<choice>>")

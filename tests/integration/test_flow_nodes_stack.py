@@ -60,7 +60,7 @@ class Delivery(Saga):
                            payload=lambda ctx: {"customer": ctx.input.customer}),
               fallback=_saga("invoice", "shipping", "invoice",
                              payload=lambda ctx: {"why": ctx.caught["kind"]}),
-              on=("business",)),
+              failures=("business",)),
         Loop("track", body=_saga("poll", "inventory", "track",
                                  payload=lambda ctx: {"i": ctx.index,
                                                       "polls": ctx.input.polls}),

@@ -4,7 +4,9 @@ tries, the same saga written in YAML, and a loop's iterations rolled back in rev
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -24,6 +26,9 @@ from participant_sdk import (
     on_confirm,
     on_try,
 )
+
+DECLARATIVE_PAGE = (Path(__file__).resolve().parents[2] / "docs" /
+                    "declarative-sagas.md").read_text()
 
 
 class Order(BaseModel):
@@ -88,7 +93,7 @@ class Checkout(Saga):
               fallback=SagaStep("bill", "shop", "invoice", compensable=True,
                                 payload=expr("{why: caught.kind, customer: input.customer}",
                                              "object")),
-              on=("business",)),
+              failures=("business",)),
         Loop("delivery", body=(
             SagaStep("poll", "shop", "track", compensable=True,
                      payload=expr("{i: index, polls: input.polls}", "object")),
@@ -139,3 +144,41 @@ async def test_the_yaml_form_runs_the_same_in_the_kit() -> None:
     assert await run.run_to_end() == "completed"
     assert [e for e in shop.log if e[0] == "track"] == [
         ("track", f"delivery[{i}].poll") for i in range(3)]
+
+
+async def test_the_declarative_pages_yaml_example_loads_and_runs_in_the_kit() -> None:
+    text = next(b for b in re.findall(r"```yaml\n(.*?)```", DECLARATIVE_PAGE, re.S)
+                if "kind: loop" in b)
+    cls = load_saga(text)
+    parts = [_doc_participant(n, a, tcc) for n, a, tcc in (
+        ("payments", "charge", True), ("billing", "send_invoice", False),
+        ("shipping", "status", False))]
+    run = await SagaTestEnv(cls, parts).start({"order_id": "o-1", "customer_id": "broke"})
+    assert await run.run_to_end() == "completed"
+    results = run.results()
+    assert results["payment"] == {"ok": "invoice"}  # the card was declined: invoiced
+    assert len(results["tracking"]) == 2  # delivered on the second poll
+    assert results["tracking[1].poll"] == {"ok": "tracking[1].poll", "delivered": True}
+
+
+def _doc_participant(name: str, action: str, tcc: bool) -> Participant:
+    """Declines customer 'broke'; the carrier says delivered on the second poll."""
+
+    async def forward(self: Any, ctx: HandlerContext, body: Body) -> dict[str, Any]:
+        data = body.model_dump()
+        if data.get("customer") == "broke" and tcc:
+            raise BusinessRejection("declined")
+        if action == "status":
+            return {"ok": ctx.step, "delivered": data["attempt"] >= 1}
+        return {"ok": ctx.step}
+
+    async def back(self: Any, ctx: HandlerContext, body: Body) -> None:
+        return None
+
+    methods: dict[str, Any] = {"name": name}
+    if tcc:
+        methods |= {"t": on_try(action)(forward), "c": on_confirm(action)(back),
+                    "x": on_cancel(action)(back)}
+    else:
+        methods |= {"a": on_action(action)(forward), "x": on_compensate(action)(back)}
+    return type(f"{name.title()}Doc", (Participant,), methods)()

@@ -78,10 +78,10 @@ def check_moves(sim: Simulator) -> None:
     assert sim.replayed().to_json() == sim.current.to_json()
 
 
-def pay(on: Any = ("business",), undo: str = "first", fallback: Any = None) -> Catch:
+def pay(failures: Any = ("business",), undo: str = "first", fallback: Any = None) -> Catch:
     return Catch("pay", body=(tcc("hold"), tcc("charge")),
                  fallback=fallback or act("invoice", payload=lambda ctx: dict(ctx.caught)),
-                 on=on, undo=undo)
+                 failures=failures, undo=undo)
 
 
 # -- catch -----------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_a_caught_rejection_undoes_the_body_then_runs_the_fallback() -> None:
 
 
 def test_a_failure_of_a_kind_not_caught_rolls_the_saga_back() -> None:
-    sim = saga(tcc("first"), pay(on=("deadline",)))
+    sim = saga(tcc("first"), pay(failures=("deadline",)))
     sent = run(sim, {"charge": REJECT})
     assert sim.current.status is Status.COMPENSATED
     assert ("invoice", "action") not in sent and ("first", "cancel") in sent
@@ -122,7 +122,7 @@ def test_a_failure_of_a_kind_not_caught_rolls_the_saga_back() -> None:
     (("timeout", "business"), "deadline", False),
 ])
 def test_kinds(on: Any, how: str, caught: bool) -> None:
-    sim = saga(pay(on=on))
+    sim = saga(pay(failures=on))
     if how == "deadline":
         run(sim, deadline={"charge"})
     else:
@@ -152,8 +152,8 @@ def test_rollback_later_undoes_the_fallback_then_the_kept_steps() -> None:
 
 
 def test_nested_catches_the_innermost_matching_one_wins() -> None:
-    inner = Catch("inner", body=tcc("charge"), fallback=act("retry_card"), on=("business",))
-    outer = Catch("outer", body=(tcc("hold"), inner), fallback=act("invoice"), on="all")
+    inner = Catch("inner", body=tcc("charge"), fallback=act("retry_card"), failures=("business",))
+    outer = Catch("outer", body=(tcc("hold"), inner), fallback=act("invoice"), failures="all")
     sim = saga(outer)
     run(sim, {"charge": REJECT})
     results = node_results(sim.definition, sim.current)
@@ -162,8 +162,8 @@ def test_nested_catches_the_innermost_matching_one_wins() -> None:
     assert sim.current.steps["outer"].payload is None  # the outer one caught nothing
 
     sim = saga(Catch("outer", body=(tcc("hold"), Catch(
-        "inner", body=tcc("charge"), fallback=act("retry_card"), on=("deadline",))),
-        fallback=act("invoice", payload=lambda ctx: dict(ctx.caught)), on="all"))
+        "inner", body=tcc("charge"), fallback=act("retry_card"), failures=("deadline",))),
+        fallback=act("invoice", payload=lambda ctx: dict(ctx.caught)), failures="all"))
     run(sim, {"charge": REJECT})  # not the inner one's kind: the outer one catches it
     results = node_results(sim.definition, sim.current)
     assert "invoice" in results and "retry_card" not in results
@@ -179,7 +179,7 @@ def test_a_failing_fallback_fails_the_node_and_the_saga_rolls_back() -> None:
     assert ("hold", "cancel") in sent and ("first", "cancel") in sent
 
     # ... and an outer catch takes the fallback's failure
-    sim = saga(Catch("outer", body=pay(), fallback=act("manual"), on="all"))
+    sim = saga(Catch("outer", body=pay(), fallback=act("manual"), failures="all"))
     run(sim, {"charge": REJECT, "invoice": REJECT})
     assert sim.current.status is Status.COMPLETED
     assert sim.current.steps["outer"].payload["node"] == "invoice"  # type: ignore[index]
@@ -187,17 +187,17 @@ def test_a_failing_fallback_fails_the_node_and_the_saga_rolls_back() -> None:
 
 
 def test_catch_validation() -> None:
-    with pytest.raises(DefinitionError, match="on is required"):
+    with pytest.raises(DefinitionError, match="failures is required"):
         saga(Catch("c", body=tcc("a"), fallback=tcc("b")))
     with pytest.raises(DefinitionError, match="unknown failure kind 'oops'"):
-        saga(Catch("c", body=tcc("a"), fallback=tcc("b"), on=("oops",)))
+        saga(Catch("c", body=tcc("a"), fallback=tcc("b"), failures=("oops",)))
     with pytest.raises(DefinitionError, match="body step 'x' cannot be undone"):
         saga(Catch("c", body=SagaStep("x", "p", "do", compensable=False),
-                   fallback=tcc("b"), on="all"))
+                   fallback=tcc("b"), failures="all"))
     saga(Catch("c", body=SagaStep("x", "p", "do", compensable=False), fallback=tcc("b"),
-               on="all", undo="kept"))
+               failures="all", undo="kept"))
     with pytest.raises(DefinitionError, match="fallback is empty"):
-        saga(Catch("c", body=tcc("a"), fallback=(), on="all"))
+        saga(Catch("c", body=tcc("a"), fallback=(), failures="all"))
 
 
 # -- loops -----------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_the_cap_fails_the_loop_and_the_rollback_undoes_iterations_in_reverse() 
 
 def test_the_cap_is_catchable() -> None:
     sim = saga(Catch("guarded", body=poll(cap=2), fallback=act("give_up"),
-                     on=("max_iterations",), undo="kept"))
+                     failures=("max_iterations",), undo="kept"))
     run(sim)
     assert sim.current.status is Status.COMPLETED
     assert sim.current.steps["guarded"].payload["kind"] == "max_iterations"  # type: ignore
@@ -253,7 +253,7 @@ def test_a_failing_iteration_fails_the_loop() -> None:
 
 def test_until_raising_fails_the_loop_with_the_mapper_kind() -> None:
     sim = saga(Catch("c", body=poll(until=lambda ctx: ctx.results["nope"]),
-                     fallback=act("fb"), on=("mapper",)))
+                     fallback=act("fb"), failures=("mapper",)))
     run(sim)
     assert sim.current.status is Status.COMPLETED
     assert sim.current.steps["c"].payload["kind"] == "mapper"  # type: ignore[index]
@@ -289,6 +289,6 @@ def test_the_exported_machine_has_the_new_edges() -> None:
         in moves and ("pay.fallback.pending", "pay.fallback.running") in moves
     assert ("poll.running", "poll.failed") in moves
     nodes = {n["name"]: n for n in d.to_json()["nodes"]}
-    assert nodes["pay"]["on"] == ["business"] and nodes["pay"]["undo"] == "first"
+    assert nodes["pay"]["failures"] == ["business"] and nodes["pay"]["undo"] == "first"
     assert nodes["poll"]["max_iterations"] == 5
     assert Phase.CANCEL  # the phases the catch sends are the steps' own

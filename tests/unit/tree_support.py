@@ -175,7 +175,7 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
         body = tuple(draw(nodes(names, depth + 1, race or undo == "first", each))
                      for _ in range(width))
         return Catch(name, body=body, fallback=branch(), undo=undo,
-                     on=draw(st.sampled_from(["all", ("business",), ("transient", "deadline"),
+                     failures=draw(st.sampled_from(["all", ("business",), ("transient", "deadline"),
                                               ("business", "timeout", "max_iterations")])))
     if kind == "patched":  # a version guard: a new saga takes ``new``
         return Patched(f"change-{name}", new=branch(),
