@@ -175,8 +175,9 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
         body = tuple(draw(nodes(names, depth + 1, race or undo == "first", each))
                      for _ in range(width))
         return Catch(name, body=body, fallback=branch(), undo=undo,
-                     failures=draw(st.sampled_from(["all", ("business",), ("transient", "deadline"),
-                                              ("business", "timeout", "max_iterations")])))
+                     failures=draw(st.sampled_from(["all", "all", ("business",),
+                                                   ("transient", "deadline"),
+                                                   ("business", "timeout", "max_iterations")])))
     if kind == "patched":  # a version guard: a new saga takes ``new``
         return Patched(f"change-{name}", new=branch(),
                        old=branch() if draw(st.booleans()) else None)
@@ -544,3 +545,18 @@ def _describe(sim: Simulator) -> str:
     sent = [(c.step, c.phase.value, c.attempt) for c in sim.sent]
     return "\n".join(show(sim.definition.root, "")) + f"\nsent: {sent}\n" + "\n".join(
         h.note for h in sim.history)
+
+
+@st.composite
+def flow_steps(draw: st.DrawFn) -> tuple[Any, ...]:
+    """A catch and a loop at the top, each around random subtrees: what the random trees
+    reach only now and then, drawn every time."""
+    names = itertools.count()
+    undo = draw(st.sampled_from(["first", "kept"]))
+    body = tuple(draw(nodes(names, 1, undo == "first")) for _ in range(draw(st.integers(1, 2))))
+    catch = Catch("catch", body=body, fallback=draw(nodes(names, 1)), undo=undo,
+                  failures=draw(st.sampled_from(["all", ("business",), ("deadline",)])))
+    loop = Loop("loop", body=(draw(nodes(names, 1, in_each=True)),),
+                until=lambda ctx: ctx.index + 1 >= ctx.input.n,
+                max_iterations=draw(st.sampled_from([1, 2, 3])))
+    return draw(st.permutations([catch, loop]))  # type: ignore[no-any-return]
