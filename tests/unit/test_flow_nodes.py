@@ -292,3 +292,27 @@ def test_the_exported_machine_has_the_new_edges() -> None:
     assert nodes["pay"]["failures"] == ["business"] and nodes["pay"]["undo"] == "first"
     assert nodes["poll"]["max_iterations"] == 5
     assert Phase.CANCEL  # the phases the catch sends are the steps' own
+
+
+def test_an_undo_that_gives_up_while_catching_parks_the_saga_and_a_retry_resumes_it() -> None:
+    sim = saga(Catch("pay", body=(tcc("hold", cancel_retry=ONCE), tcc("charge")),
+                     fallback=act("invoice"), failures="all"))
+    sent: list[tuple[str, str]] = []
+    for _ in range(20):  # hold ok, charge rejected, hold's cancel fails for good
+        if not sim.pending:
+            break
+        cmd = next(iter(sim.pending.values()))
+        sent.append((cmd.step, cmd.phase.value))
+        if (cmd.step, cmd.phase) == ("charge", Phase.TRY):
+            sim.reply_to(cmd, *REJECT[:1], kind=REJECT[1])
+        elif (cmd.step, cmd.phase) == ("hold", Phase.CANCEL):
+            sim.reply_to(cmd, Outcome.REJECTED, kind=ErrorKind.BUSINESS)
+        else:
+            sim.reply_to(cmd, Outcome.OK)
+    assert sim.current.status is Status.DEAD and sim.current.dead_step == "hold"
+    assert ("invoice", "action") not in sent
+    sim.repair("retry")
+    run(sim)
+    assert sim.current.status is Status.COMPLETED
+    assert "invoice" in node_results(sim.definition, sim.current)
+    check_moves(sim)
