@@ -316,3 +316,17 @@ def test_an_undo_that_gives_up_while_catching_parks_the_saga_and_a_retry_resumes
     assert sim.current.status is Status.COMPLETED
     assert "invoice" in node_results(sim.definition, sim.current)
     check_moves(sim)
+
+
+def test_kept_with_an_uncertain_step_that_cannot_be_undone_parks_the_saga() -> None:
+    ship = SagaStep("ship", "p_ship", "do", compensable=False, retry=ONCE)
+    sim = saga(Catch("pay", body=ship, fallback=act("invoice"), failures=("deadline",),
+                     undo="kept"))
+    run(sim, deadline={"ship"})
+    assert sim.current.status is Status.DEAD and sim.current.dead_step == "ship"
+    assert sim.current.steps["pay"].phase is StepPhase.RUNNING  # not rolled back
+    sim.repair("skip", step="ship")  # a person settled it by hand
+    run(sim)
+    assert sim.current.status is Status.COMPLETED
+    assert "invoice" in node_results(sim.definition, sim.current)
+    check_moves(sim)
