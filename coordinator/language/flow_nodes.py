@@ -34,7 +34,8 @@ __all__ = [
 
 #: What a :class:`Catch` can name in ``failures``, and what each failure is:
 CATCHABLE: Final[dict[str, str]] = {
-    "business": "a participant rejected the command (or a person rejected a human task)",
+    "business": "a participant rejected the command, a child saga failed, or a person "
+                "rejected a human task",
     "deadline": "no reply before the step's deadline, retries used up",
     "timeout": "a wait for a signal, a human task or a node timed out",
     "transient": "transient errors until the retries were used up",
@@ -44,7 +45,7 @@ CATCHABLE: Final[dict[str, str]] = {
     "malformed_reply": "the participant's reply was malformed",
     "mapper": "a payload mapper, guard, item list or loop condition raised",
     "max_iterations": "a loop reached max_iterations without its condition met",
-    "node": "any other node failure (a race lost, too many items, a failed child saga)",
+    "node": "any other node failure (a race lost, too many items)",
 }
 #: Hard ceiling on a loop's ``max_iterations`` (each iteration keeps its nodes' state).
 ITERATIONS_CEILING: Final = 10_000
