@@ -182,3 +182,27 @@ def _doc_participant(name: str, action: str, tcc: bool) -> Participant:
     else:
         methods |= {"a": on_action(action)(forward), "x": on_compensate(action)(back)}
     return type(f"{name.title()}Doc", (Participant,), methods)()
+
+
+def test_a_yaml_catch_or_loop_with_a_mistake_is_refused_with_its_path() -> None:
+    import pytest
+
+    from coordinator.definitions import InvalidDefinition
+
+    head = ("name: bad\nversion: 1\ninput: {type: object, properties: {a: {type: string}}}\n"
+            "steps:\n")
+    ok = "{kind: saga, name: s, participant: p, action: a, compensable: true}"
+    once = "{kind: saga, name: s, participant: p, action: a, compensable: false}"
+    other = "{kind: saga, name: f, participant: p, action: a, compensable: true}"
+    cases = {
+        f"  - {{kind: loop, name: l, until: '`true`', body: [{ok}]}}":
+            "steps[0].max_iterations: Field required",
+        f"  - {{kind: catch, name: c, failures: [oops], body: [{ok}], fallback: [{other}]}}":
+            "steps[0].failures",
+        f"  - {{kind: catch, name: c, failures: all, body: [{once}], fallback: [{other}]}}":
+            "body step 's' cannot be undone",
+    }
+    for body, expected in cases.items():
+        with pytest.raises(InvalidDefinition) as refused:
+            load_saga(head + body + "\n")
+        assert expected in str(refused.value), str(refused.value)
