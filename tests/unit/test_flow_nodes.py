@@ -330,3 +330,19 @@ def test_kept_with_an_uncertain_step_that_cannot_be_undone_parks_the_saga() -> N
     assert sim.current.status is Status.COMPLETED
     assert "invoice" in node_results(sim.definition, sim.current)
     check_moves(sim)
+
+
+def test_the_drawings_show_the_catch_and_the_loop() -> None:
+    from coordinator.sagas.diagram import mermaid
+    from coordinator.ui.diagram_svg import state_svg
+
+    d = compile_saga(type("D", (Saga,), {"name": "d", "input_model": Inp,
+                                         "steps": (pay(undo="kept"), poll(cap=4))}))
+    text = mermaid(d)
+    assert 'state "catch pay (on business; failed body kept)" as n_pay {' in text
+    assert "n_charge --> n_pay_caught: failed" in text
+    assert "n_pay_caught --> n_invoice: body kept" in text
+    assert "n_poll_until --> n_check: until false (next iteration)" in text
+    assert "n_poll_until --> [*]: until true" in text
+    svg = state_svg(d)
+    assert "catch pay" in svg and "loop poll" in svg
