@@ -20,6 +20,7 @@ from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import Expression, Returns, compile_expression
 from coordinator.definitions.schemas import JsonSchema, model_from_schema
 from coordinator.language import nodes as flow
+from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.steps import DefinitionError, SagaStep, TccStep
 from coordinator.language.tasks import Escalation, HumanTask
 
@@ -139,6 +140,18 @@ class _Builder:
                               **_set(input=self.expr(n.input, "object", f"{at}.input"),
                                      when=self.expr(n.when, "bool", f"{at}.when"),
                                      deadline=n.deadline, finish_retry=n.finish_retry))
+
+    def _catch(self, n: fmt.CatchDef, at: str) -> Catch:
+        return Catch(n.name, self.branch(n.body, f"{at}.body"),
+                     self.branch(n.fallback, f"{at}.fallback"),
+                     failures=n.failures if isinstance(n.failures, str)
+                     else tuple(n.failures), undo=n.undo,
+                     description=n.description)
+
+    def _loop(self, n: fmt.LoopDef, at: str) -> Loop:
+        return Loop(n.name, self.branch(n.body, f"{at}.body"),
+                    until=self.expr(n.until, "bool", f"{at}.until") or _never,
+                    max_iterations=n.max_iterations, description=n.description)
 
     def _sleep(self, n: fmt.SleepDef, at: str) -> flow.Sleep:
         duration = self.value(n.duration, "duration", f"{at}.duration")

@@ -40,7 +40,7 @@ class InvalidDefinition(DefinitionError):
 
 #: Tags pydantic puts in an error's location for the member of a union it tried.
 _KINDS = {"tcc", "saga", "sequence", "parallel", "race", "foreach", "choice", "patched",
-          "child", "sleep", "sleep_until", "wait", "task"}
+          "child", "sleep", "sleep_until", "wait", "task", "catch", "loop"}
 _TYPE_TAGS = {"str", "int", "float", "bool", "Expr", "timedelta", "datetime", "JsonSchema",
               "RetryPolicy", "BusinessCalendar", "none"}
 

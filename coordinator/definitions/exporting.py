@@ -21,6 +21,7 @@ from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import expression_of
 from coordinator.definitions.schemas import schema_from_model
 from coordinator.language import nodes as flow
+from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.policies import DEFAULT_DEADLINE, DEFAULT_RETRY, DEFAULT_ROLLBACK_RETRY
 from coordinator.language.steps import SagaStep, TccStep, resolve_policy
 from coordinator.language.tasks import Approval, HumanTask
@@ -86,6 +87,16 @@ class _Exporter:
                                               steps=self.branch(b))
                           for i, (g, b) in enumerate(n.branches)],
                 **_given(otherwise=None if n.otherwise is None else self.branch(n.otherwise)))
+        if isinstance(n, Catch):
+            return fmt.CatchDef(kind="catch", name=at, body=self.branch(n.body),
+                                fallback=self.branch(n.fallback),
+                                failures=n.failures if isinstance(n.failures, str)
+                                else list(n.failures or ()),
+                                **_given(undo=_unless(n.undo, "first")), **common)
+        if isinstance(n, Loop):
+            return fmt.LoopDef(kind="loop", name=at, body=self.branch(n.body),
+                               until=self.expr(n.until, f"{at}.until"),
+                               max_iterations=n.max_iterations, **common)
         if isinstance(n, flow.Patched):
             return fmt.PatchedDef(kind="patched", change=n.change, new=self.branch(n.new),
                                   **_given(old=None if n.old is None else self.branch(n.old),

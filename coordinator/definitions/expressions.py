@@ -1,4 +1,5 @@
-"""Expressions of a saga definition: JMESPath over ``{"input", "results", "item", "index"}``.
+"""Expressions of a saga definition: JMESPath over ``{"input", "results", "item", "index",
+"caught"}`` (``caught``: in a catch's fallback, the failure it caught).
 
 JMESPath rather than JSONata: it has a maintained pure-Python implementation (``jmespath``,
 the one the AWS SDKs use), a written specification with a compliance suite shared by every
@@ -158,7 +159,8 @@ class Expression:
 
     def __call__(self, ctx: StepContext[Any]) -> Any:
         data = {"input": _plain(ctx.input), "results": _Results(ctx.results),
-                "item": ctx.item, "index": ctx.index}
+                "item": ctx.item, "index": ctx.index,
+                "caught": dict(ctx.caught) if ctx.caught is not None else None}
         return self.evaluate(data)
 
     def evaluate(self, data: Mapping[str, Any]) -> Any:

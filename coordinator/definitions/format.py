@@ -3,7 +3,8 @@
 A definition names the saga, its version, its input (JSON Schema), its queries and its
 steps. Each node is an object whose ``kind`` says what it is (``tcc``, ``saga``,
 ``sequence``, ``parallel``, ``foreach``, ``race``, ``choice``, ``patched``, ``child``,
-``sleep``, ``sleep_until``, ``wait``, ``task``); a *branch* is a list of nodes run in order.
+``sleep``, ``sleep_until``, ``wait``, ``task``, ``catch``, ``loop``); a *branch* is a list
+of nodes run in order.
 Payloads, guards, item lists and choices are JMESPath expressions
 (:mod:`coordinator.definitions.expressions`); a text or a list of people that may be either
 fixed or computed is written as the value itself or as ``{"expr": "..."}``. Durations are
@@ -20,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from coordinator.definitions.expressions import compile_expression
 from coordinator.definitions.schemas import JsonSchema
 from coordinator.language.calendars import BusinessCalendar
+from coordinator.language.flow_nodes import ITERATIONS_CEILING
 from coordinator.language.policies import RetryPolicy
 
 __all__ = ["FORMAT", "Branch", "Definition", "Expr", "Node"]
@@ -198,9 +200,37 @@ class TaskDef(_Strict):
     chain: Name | None = None
 
 
+#: The failure kinds a catch can name (``coordinator.language.flow_nodes.CATCHABLE``).
+CatchKind = Literal["business", "deadline", "timeout", "transient", "unexpected", "bad_command",
+                    "barrier_refused", "malformed_reply", "mapper", "max_iterations", "node"]
+
+
+class CatchDef(_Node):
+    """Run ``body``; on a failure of a kind in ``on`` run ``fallback`` in its place."""
+
+    kind: Literal["catch"]
+    body: Branch
+    fallback: Branch
+    #: ``all``, or the kinds caught.
+    failures: Literal["all"] | Annotated[list[CatchKind], Field(min_length=1, max_length=20)]
+    #: ``first``: undo what the body completed before the fallback runs; ``kept``: keep it.
+    undo: Literal["first", "kept"] = "first"
+
+
+class LoopDef(_Node):
+    """Do-while: ``body`` runs, then again while ``until`` (over the iteration just done:
+    its nodes by bare name in ``results``, its number as ``index``) is false."""
+
+    kind: Literal["loop"]
+    body: Branch
+    until: Expression
+    max_iterations: int = Field(ge=1, le=ITERATIONS_CEILING)
+
+
 Node = Annotated[
     TccStepDef | SagaStepDef | SequenceDef | ParallelDef | RaceDef | ForEachDef | ChoiceDef
-    | PatchedDef | ChildDef | SleepDef | SleepUntilDef | WaitDef | TaskDef,
+    | PatchedDef | ChildDef | SleepDef | SleepUntilDef | WaitDef | TaskDef | CatchDef
+    | LoopDef,
     Field(discriminator="kind"),
 ]
 #: Nodes run in order.
@@ -222,5 +252,5 @@ class Definition(_Strict):
 
 
 for _model in (SequenceDef, ParallelDef, RaceDef, ForEachDef, ChoiceBranchDef, ChoiceDef,
-               PatchedDef, Definition):
+               PatchedDef, CatchDef, LoopDef, Definition):
     _model.model_rebuild()

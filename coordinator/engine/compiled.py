@@ -28,6 +28,7 @@ from coordinator.engine.tree import (
     walk,
 )
 from coordinator.language import nodes as flow
+from coordinator.language.flow_nodes import catch_kinds
 from coordinator.language.policies import RetryPolicy
 from coordinator.language.saga import (
     Guard,
@@ -128,6 +129,17 @@ def _compile_node(spec: Any) -> CompiledNode:
         return CompiledGroup(name=spec.name, kind=GroupKind.FOREACH, children=(body,),
                              items=spec.items, max_concurrency=spec.max_concurrency,
                              max_items=spec.max_items, description=spec.description)
+    if isinstance(spec, flow.Catch):
+        return CompiledGroup(
+            name=spec.name, kind=GroupKind.CATCH, description=spec.description,
+            children=(_group(f"{spec.name}.body", GroupKind.SEQUENCE, spec.body, ""),
+                      _group(f"{spec.name}.fallback", GroupKind.SEQUENCE, spec.fallback, "")),
+            catches=catch_kinds(spec), keep=spec.undo == "kept")
+    if isinstance(spec, flow.Loop):
+        body = _group(f"{spec.name}[]", GroupKind.SEQUENCE, spec.body, "")
+        return CompiledGroup(name=spec.name, kind=GroupKind.LOOP, children=(body,),
+                             until=spec.until, max_items=spec.max_iterations or 0,
+                             description=spec.description)
     if isinstance(spec, flow.Patched):
         new = tuple(_compile_node(n) for n in flow.branch_nodes(spec.new))
         old = () if spec.old is None else tuple(

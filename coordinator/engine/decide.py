@@ -189,6 +189,10 @@ def _initial(definition: CompiledSaga, event: SagaStarted, now: datetime,
     )
 
 
+#: Composites whose children are made at run time (for-each items, loop iterations).
+_DYNAMIC = (GroupKind.FOREACH, GroupKind.LOOP)
+
+
 def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
     """(key, parent key) of every node outside for-each bodies: they exist from the start,
     pending, so a new saga shows its whole static tree."""
@@ -203,7 +207,7 @@ def static_nodes(definition: CompiledSaga) -> list[tuple[str, str]]:
             return
         if node.name:
             out.append((node.name, parent))
-        if isinstance(node, CompiledGroup) and node.kind is not GroupKind.FOREACH:
+        if isinstance(node, CompiledGroup) and node.kind not in _DYNAMIC:
             for child in node.children:
                 visit(child, node.name)
 

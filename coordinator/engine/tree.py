@@ -52,6 +52,10 @@ class GroupKind(StrEnum):
     CHOICE = "choice"
     #: A version guard: the first ``new_count`` children are the new path, the rest the old.
     PATCHED = "patched"
+    #: Catch and fallback: children (body, fallback); the fallback runs on a caught failure.
+    CATCH = "catch"
+    #: A do-while loop: its one child (``name[]``) runs once per iteration.
+    LOOP = "loop"
 
 
 class WaitKind(StrEnum):
@@ -226,6 +230,12 @@ class CompiledGroup:
     #: patched: the change id, and how many children form the new path.
     change: str = ""
     new_count: int = 0
+    #: loop: the stop condition, evaluated after each iteration (the cap is ``max_items``).
+    until: Guard | None = None
+    #: catch: the failure kinds caught (``("all",)``: every one), and whether the failed
+    #: body's completed steps stay (``undo="kept"``) or are undone before the fallback.
+    catches: tuple[str, ...] = ()
+    keep: bool = False
     description: str = ""
 
     def path(self, choice: str) -> tuple[CompiledNode, ...]:
@@ -244,6 +254,10 @@ class CompiledGroup:
                 out["verdicts"] = self.verdicts
         if self.kind is GroupKind.CHOICE:
             out["otherwise"] = bool(self.guards) and self.guards[-1] is None
+        if self.kind is GroupKind.CATCH:
+            out.update(failures=list(self.catches), undo="kept" if self.keep else "first")
+        if self.kind is GroupKind.LOOP:
+            out["max_iterations"] = self.max_items
         if self.kind is GroupKind.PATCHED:
             out["change"] = self.change
             out["new"] = [c.name for c in self.path("new")]

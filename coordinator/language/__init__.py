@@ -7,6 +7,7 @@ Everything a saga class needs comes from here::
 * :mod:`~coordinator.language.steps`: TCC steps and saga steps, and what their mappers see;
 * :mod:`~coordinator.language.nodes`: the composites and waits (parallel, for-each, race,
   choice, version guards, child sagas, sleeps, signal waits);
+* :mod:`~coordinator.language.flow_nodes`: catch-and-fallback and loops;
 * :mod:`~coordinator.language.policies`: retry policies and deadlines;
 * :mod:`~coordinator.language.saga`: the :class:`Saga` base class and its validation.
 
@@ -14,6 +15,7 @@ It imports nothing of the engine, the store or the runtime (the layer contract c
 """
 
 from coordinator.language.business_key import BusinessKey
+from coordinator.language.flow_nodes import CATCHABLE, Catch, Loop
 from coordinator.language.nodes import (
     Branch,
     ChildSaga,
@@ -42,13 +44,16 @@ from coordinator.language.steps import (
 )
 
 __all__ = [
+    "CATCHABLE",
     "Branch",
     "BusinessKey",
+    "Catch",
     "ChildSaga",
     "Choice",
     "DefinitionError",
     "ForEach",
     "Guard",
+    "Loop",
     "Mapper",
     "Migration",
     "Node",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from coordinator.language.flow_nodes import Catch, Loop, flow_branches
 from coordinator.language.policies import DEFAULT_ROLLBACK_RETRY
 from coordinator.language.steps import (
     Guard,
@@ -43,9 +44,11 @@ __all__ = [
     "MAX_CHILD_DEPTH",
     "MAX_DEPTH",
     "Branch",
+    "Catch",
     "ChildSaga",
     "Choice",
     "ForEach",
+    "Loop",
     "Node",
     "Parallel",
     "Patched",
@@ -235,10 +238,10 @@ class WaitForSignal:
 
 
 Node = (TccStep | SagaStep | Sequence | Parallel | ForEach | Race | Choice | Patched | ChildSaga
-        | Sleep | SleepUntil | WaitForSignal)
+        | Sleep | SleepUntil | WaitForSignal | Catch | Loop)
 #: A branch: one node, or a tuple of nodes run in order.
 Branch = Node | tuple[Node, ...]
-_COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice, Patched)
+_COMPOSITES = (Sequence, Parallel, ForEach, Race, Choice, Patched, Catch, Loop)
 
 
 def branch_nodes(branch: Any) -> tuple[Any, ...]:
@@ -258,6 +261,8 @@ def named_branches(node: Any) -> list[tuple[str, Any]]:
         return [("new", node.new)] + ([("old", node.old)] if node.old is not None else [])
     if isinstance(node, Sequence):
         return [("steps", node.steps)]
+    if isinstance(node, Catch | Loop):
+        return flow_branches(node)
     if isinstance(node, ForEach):
         return [("body", node.body)]
     if isinstance(node, Parallel | Race):

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from coordinator.language.business_key import BusinessKey, business_key_problems
+from coordinator.language.flow_nodes import Catch, Loop, flow_problems
 from coordinator.language.nodes import (
     _COMPOSITES,
     ITEMS_CEILING,
@@ -397,7 +398,9 @@ def _before_guards(kids: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _own_problems(at: str, node: Any) -> list[str]:
     out: list[str] = []
-    if isinstance(node, ForEach):
+    if isinstance(node, Catch | Loop):
+        out.extend(flow_problems(at, node))
+    elif isinstance(node, ForEach):
         if not callable(node.items):
             out.append(f"{at}: items must be callable, got {node.items!r}")
         mi = node.max_items

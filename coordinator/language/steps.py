@@ -56,6 +56,8 @@ class StepContext(Generic[InputT]):
     #: The time of the event being applied (a reply's, a timer's, a signal's arrival), never
     #: the clock: a mapper or guard that needs the time replays to the same answer.
     now: datetime | None = None
+    #: Inside a ``Catch``'s fallback: the failure it caught (``kind``, ``reason``, ``node``).
+    caught: Mapping[str, Any] | None = None
 
 
 #: Builds a command payload from the context. Must be deterministic: it runs again on replay.

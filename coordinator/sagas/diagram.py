@@ -35,7 +35,8 @@ from participant_sdk.version import version_line
 __all__ = ["load_saga_class", "main_diagram", "mermaid", "task_summary"]
 
 _KIND_LABEL = {"parallel": "parallel", "race": "first of", "foreach": "for each",
-               "choice": "choice", "sequence": "sequence", "patched": "version guard"}
+               "choice": "choice", "sequence": "sequence", "patched": "version guard",
+               "catch": "catch", "loop": "loop"}
 
 
 def _node_id(state: str) -> str:
@@ -143,14 +144,20 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
         title += f" (at most {node.max_concurrency or 'all'} at once, <= {node.max_items})"
     if node.kind is GroupKind.RACE:
         title += f" ({node.quorum} of {len(node.children)} win; losers undone)"
+    title += _flow_title(node)
     lines.append(f'{pad}state "{_label(title)}" as {nid} {{')
     inner = pad + "    "
-    if node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH):
-        body = node.children[0] if node.kind is GroupKind.FOREACH else node
+    if node.kind is GroupKind.CATCH:
+        _draw_catch(lines, node, inner)
+    elif node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH, GroupKind.LOOP):
+        body = node if node.kind is GroupKind.SEQUENCE else node.children[0]
         assert isinstance(body, CompiledGroup)
         first, last = _chain(lines, body.children, inner)
         lines.append(f"{inner}[*] --> {first}")
-        lines.append(f"{inner}{last} --> [*]")
+        if node.kind is GroupKind.LOOP:
+            last = _loop_back(lines, node, first, last, inner)
+        lines.append(f"{inner}{last} --> [*]"
+                     + (": until true" if node.kind is GroupKind.LOOP else ""))
     elif node.kind is GroupKind.CHOICE:
         pick = _node_id(node.name + "_choice")
         lines.append(f"{inner}state {pick} <<choice>>")
@@ -170,6 +177,43 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
             lines.append(f"{inner}{bid} --> [*]")
     lines.append(f"{pad}}}")
     return nid
+
+
+def _flow_title(node: CompiledGroup) -> str:
+    """What a catch catches and keeps, how often a loop may run."""
+    if node.kind is GroupKind.CATCH:
+        undo = "kept" if node.keep else "undone first"
+        return f" (on {', '.join(node.catches)}; failed body {undo})"
+    if node.kind is GroupKind.LOOP:
+        return f" (until its condition holds, <= {node.max_items} iterations)"
+    return ""
+
+
+def _loop_back(lines: list[str], node: CompiledGroup, first: str, last: str, pad: str
+               ) -> str:
+    """A loop's condition after its body: done, or the body again."""
+    until = _node_id(node.name + "_until")
+    lines.append(f"{pad}state {until} <<choice>>")
+    lines.append(f"{pad}{last} --> {until}")
+    lines.append(f"{pad}{until} --> {first}: until false (next iteration)")
+    return until
+
+
+def _draw_catch(lines: list[str], node: CompiledGroup, pad: str) -> None:
+    """The body's chain, and the fallback's beside it, entered when the body fails with a
+    caught kind."""
+    body, fallback = node.children
+    assert isinstance(body, CompiledGroup) and isinstance(fallback, CompiledGroup)
+    first, last = _chain(lines, body.children, pad)
+    lines.append(f"{pad}[*] --> {first}")
+    lines.append(f"{pad}{last} --> [*]")
+    caught = _node_id(node.name + "_caught")
+    lines.append(f'{pad}state "caught: {_label(", ".join(node.catches))}" as {caught}')
+    for kid in body.children:
+        lines.append(f"{pad}{_node_id(kid.name)} --> {caught}: failed")
+    start, end = _chain(lines, fallback.children, pad)
+    lines.append(f"{pad}{caught} --> {start}: " + ("body kept" if node.keep else "body undone"))
+    lines.append(f"{pad}{end} --> [*]")
 
 
 def load_saga_class(spec: str) -> type[Saga]:

@@ -33,7 +33,8 @@ _CHAR_W, _BOX_H, _GAP, _PAD, _HEAD = 7.0, 28, 22, 10, 20
 _ENDS = ("completed", "compensated", "cancelled", "dead")
 _TITLE = {GroupKind.PARALLEL: "parallel", GroupKind.RACE: "first of",
           GroupKind.CHOICE: "choice", GroupKind.FOREACH: "for each",
-          GroupKind.SEQUENCE: "sequence", GroupKind.PATCHED: "version guard"}
+          GroupKind.SEQUENCE: "sequence", GroupKind.PATCHED: "version guard",
+          GroupKind.CATCH: "catch", GroupKind.LOOP: "loop"}
 
 
 @dataclass
@@ -129,7 +130,7 @@ def _size(node: CompiledNode, notes: Mapping[str, str]) -> tuple[float, float]:
 
 
 def _inner(node: CompiledGroup) -> tuple[CompiledNode, ...]:
-    if node.kind is GroupKind.FOREACH:
+    if node.kind in (GroupKind.FOREACH, GroupKind.LOOP):
         body = node.children[0]
         assert isinstance(body, CompiledGroup)
         return body.children
@@ -137,7 +138,7 @@ def _inner(node: CompiledGroup) -> tuple[CompiledNode, ...]:
 
 
 def _stacked(node: CompiledGroup) -> bool:
-    return node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH)
+    return node.kind in (GroupKind.SEQUENCE, GroupKind.FOREACH, GroupKind.LOOP)
 
 
 def _draw(c: _Canvas, node: CompiledNode, x: float, y: float) -> None:

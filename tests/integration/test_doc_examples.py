@@ -72,10 +72,11 @@ async def _release(namespace: dict[str, Any]) -> None:
 #: What the pages' examples check of their results, beyond running.
 def _check_saga_language(ns: dict[str, Any]) -> None:
     sagas = [ns[n] for n in ("OrderSaga", "CheckoutSaga", "Fulfilment", "NestedOrder",
-                             "SettlementSaga")]
+                             "SettlementSaga", "PaidOrder", "TrackedOrder")]
     registry = SagaRegistry(topic_prefix="docs", sagas=sagas)
     assert {d.name for d in registry.types()} == {
-        "order", "checkout", "order_fulfilment", "order_nested", "settlement"}
+        "order", "checkout", "order_fulfilment", "order_nested", "settlement",
+        "order_paid_or_invoiced", "order_tracked"}
     assert all(isinstance(s, DeclaredSchedule) for s in ns["SettlementSaga"].schedules)
 
 

@@ -26,6 +26,7 @@ from coordinator.engine import (
 from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind
 from coordinator.engine.machine import SAGA_EDGES, node_edges
 from coordinator.engine.simulate import Simulator
+from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.nodes import (
     ChildSaga,
     Choice,
@@ -134,11 +135,11 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     unit tests cover nesting; here it would only multiply the size)."""
     if depth >= 3 or draw(st.integers(0, 9)) < 4:
         return _leaf(draw, names, in_race)
-    kinds = ["sequence", "parallel", "race", "choice", "patched"] + (
-        [] if in_each else ["foreach"])
+    kinds = ["sequence", "parallel", "race", "choice", "patched", "catch"] + (
+        [] if in_each else ["foreach", "loop"])
     kind = draw(st.sampled_from(kinds))
     name = f"g{next(names)}"
-    race, each = in_race or kind == "race", in_each or kind == "foreach"
+    race, each = in_race or kind == "race", in_each or kind in ("foreach", "loop")
 
     def branch() -> Any:
         width = draw(st.integers(1, 2))
@@ -163,6 +164,20 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
         return ForEach(name, items=lambda ctx: list(range(ctx.input.n)),
                        body=body if isinstance(body, tuple) else (body,),
                        max_concurrency=draw(st.sampled_from([None, 1, 2])), max_items=5)
+    if kind == "loop":  # do-while: n iterations wanted, a cap that may cut it short
+        body = branch()
+        return Loop(name, body=body if isinstance(body, tuple) else (body,),
+                    until=lambda ctx: ctx.index + 1 >= ctx.input.n,
+                    max_iterations=draw(st.sampled_from([1, 2, 3])))
+    if kind == "catch":  # undo="first" undoes the body: its steps must be reversible
+        undo = draw(st.sampled_from(["first", "kept"]))
+        width = draw(st.integers(1, 2))
+        body = tuple(draw(nodes(names, depth + 1, race or undo == "first", each))
+                     for _ in range(width))
+        return Catch(name, body=body, fallback=branch(), undo=undo,
+                     failures=draw(st.sampled_from(["all", "all", ("business",),
+                                                   ("transient", "deadline"),
+                                                   ("business", "timeout", "max_iterations")])))
     if kind == "patched":  # a version guard: a new saga takes ``new``
         return Patched(f"change-{name}", new=branch(),
                        old=branch() if draw(st.booleans()) else None)
@@ -245,8 +260,10 @@ class _Wrap:
     def node(self, node: Any) -> Any:
         if isinstance(node, Sequence):
             return replace(node, steps=self.nodes(node.steps))
-        if isinstance(node, ForEach):
+        if isinstance(node, ForEach | Loop):
             return replace(node, body=self.nodes(node.body))
+        if isinstance(node, Catch):
+            return replace(node, body=self.nodes(node.body), fallback=self.branch(node.fallback))
         if isinstance(node, Parallel | Race):
             return replace(node, branches=tuple(self.branch(b) for b in node.branches))
         if isinstance(node, Choice):
@@ -417,12 +434,20 @@ def _ordered_pair(sim: Simulator, a: str, b: str) -> bool:
         assert isinstance(node, CompiledGroup)
         return node.kind
 
+    def caught_body(key: str) -> bool:
+        """The body of a catch that caught: undone (or kept) when it failed, not in the
+        saga's rollback."""
+        up = steps[key].parent
+        return (up is not None and kind(up) is GroupKind.CATCH
+                and steps[up].payload is not None and steps[key].node.endswith(".body"))
+
     up_a, up_b = chain(a), chain(b)
     common = next((p for p in up_a if p in set(up_b)), None)
     below = up_a[:up_a.index(common)] + up_b[:up_b.index(common)] if common else up_a + up_b
-    if any(kind(k) is GroupKind.RACE for k in below):
+    if any(kind(k) is GroupKind.RACE or caught_body(k) for k in below):
         return False
-    return common is None or kind(common) in (GroupKind.SEQUENCE, GroupKind.CHOICE)
+    return common is None or kind(common) in (GroupKind.SEQUENCE, GroupKind.CHOICE,
+                                              GroupKind.LOOP, GroupKind.CATCH)
 
 
 def check_invariants(run: Run) -> None:
@@ -520,3 +545,18 @@ def _describe(sim: Simulator) -> str:
     sent = [(c.step, c.phase.value, c.attempt) for c in sim.sent]
     return "\n".join(show(sim.definition.root, "")) + f"\nsent: {sent}\n" + "\n".join(
         h.note for h in sim.history)
+
+
+@st.composite
+def flow_steps(draw: st.DrawFn) -> tuple[Any, ...]:
+    """A catch and a loop at the top, each around random subtrees: what the random trees
+    reach only now and then, drawn every time."""
+    names = itertools.count()
+    undo = draw(st.sampled_from(["first", "kept"]))
+    body = tuple(draw(nodes(names, 1, undo == "first")) for _ in range(draw(st.integers(1, 2))))
+    catch = Catch("catch", body=body, fallback=draw(nodes(names, 1)), undo=undo,
+                  failures=draw(st.sampled_from(["all", ("business",), ("deadline",)])))
+    loop = Loop("loop", body=(draw(nodes(names, 1, in_each=True)),),
+                until=lambda ctx: ctx.index + 1 >= ctx.input.n,
+                max_iterations=draw(st.sampled_from([1, 2, 3])))
+    return draw(st.permutations([catch, loop]))  # type: ignore[no-any-return]

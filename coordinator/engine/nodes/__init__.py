@@ -2,8 +2,10 @@
 
 from coordinator.engine.nodes import (
     base,
+    catch,
     choice,
     foreach,
+    loop,
     parallel,
     patched,
     race,
@@ -28,6 +30,8 @@ base.KINDS.update({
     "sleep": sleep.KIND,
     "signal": wait.KIND,
     "task": task.KIND,
+    "catch": catch.KIND,
+    "loop": loop.KIND,
 })
 
 __all__ = ["ROOT", "Progress", "Scope", "forward", "undo"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from coordinator.engine.nodes.caught import caught_for
 from coordinator.engine.state import StepPhase, StepState
 from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 from coordinator.language.saga import StepContext
@@ -343,4 +344,5 @@ def context(w: Work, scope: Scope) -> StepContext[Any]:
         item=scope.item,
         index=scope.index,
         now=w.now,
+        caught=caught_for(w, scope.parent),
     )

@@ -12,9 +12,11 @@ from coordinator.definitions import compile_expression as expr
 from coordinator.definitions import export, load_saga, to_yaml
 from coordinator.engine.compiled import compile_saga
 from coordinator.language import (
+    Catch,
     ChildSaga,
     Choice,
     ForEach,
+    Loop,
     Parallel,
     Patched,
     Race,
@@ -101,6 +103,14 @@ class EveryKind(Saga):
                                                            to_groups=("leads",), priority=90),),
                   timeout=timedelta(days=5), on_timeout=Decision(outcome="later"),
                   four_eyes=True, chain="approvals"),
+        Catch("rescue", body=(SagaStep("risky", "shipping", "ship", compensable=True),),
+              fallback=SagaStep("plan_b", "shipping", "ship", compensable=True,
+                                payload=expr("{why: caught.reason}", "object")),
+              failures=("business", "deadline"), undo="kept", description="or else"),
+        Catch("anything", body=SagaStep("risky2", "shipping", "ship", compensable=True),
+              fallback=(SagaStep("plan_c", "shipping", "ship", compensable=True),), failures="all"),
+        Loop("again", body=SagaStep("poll", "shipping", "ship", compensable=True),
+             until=expr("results.poll.done", "bool"), max_iterations=7),
         ChildSaga("sub", "order", input=expr("{order_id: input.id}", "object"),
                   when=expr("!input.express", "bool"), version=2,
                   deadline=timedelta(minutes=30), finish_retry={"max_attempts": 4}),
@@ -111,7 +121,7 @@ def test_every_kind_exports_and_loads_back_to_the_same_tree() -> None:
     definition = export(EveryKind)  # no table: every mapper is an expression already
     text = to_yaml(definition)
     for kind in ("tcc", "saga", "sequence", "parallel", "race", "foreach", "choice", "patched",
-                 "child", "sleep", "sleep_until", "wait", "task"):
+                 "child", "sleep", "sleep_until", "wait", "task", "catch", "loop"):
         assert f"kind: {kind}\n" in text, kind
     loaded = load_saga(text)
     assert compile_saga(loaded).to_json() == compile_saga(EveryKind).to_json()

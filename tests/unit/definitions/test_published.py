@@ -69,7 +69,8 @@ def test_the_schema_names_every_node_kind() -> None:
     node = definition_schema()["$defs"]["SequenceDef"]["properties"]["steps"]["items"]
     kinds = set(node["discriminator"]["mapping"])
     assert kinds == {"tcc", "saga", "sequence", "parallel", "race", "foreach", "choice",
-                     "patched", "child", "sleep", "sleep_until", "wait", "task"}
+                     "patched", "child", "sleep", "sleep_until", "wait", "task", "catch",
+                     "loop"}
 
 
 def _validate(tmp_path: Path, text: str) -> tuple[int, list[str]]:
