@@ -74,6 +74,10 @@ class Sequence:
     name: str
     steps: tuple[Any, ...]
     _: KW_ONLY
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -87,6 +91,10 @@ class Parallel:
     name: str
     branches: tuple[Any, ...]
     _: KW_ONLY
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -106,6 +114,10 @@ class ForEach:
     _: KW_ONLY
     max_concurrency: int | None = None
     max_items: int = 100
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -125,6 +137,10 @@ class Race:
     #: ``"first_rejection"`` fails it at the first branch that fails (a veto), ``"all"``
     #: waits for every branch's verdict first (approvers are all heard).
     verdicts: Literal["decided", "first_rejection", "all"] = "decided"
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -138,6 +154,10 @@ class Choice:
     branches: tuple[tuple[Guard, Any], ...]
     _: KW_ONLY
     otherwise: Any = None
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -188,6 +208,10 @@ class ChildSaga:
     deadline: timedelta = timedelta(hours=1)
     #: Retries of the confirm and cancel requests (each waits up to ``deadline``).
     finish_retry: PolicyLike = DEFAULT_ROLLBACK_RETRY
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
