@@ -328,3 +328,14 @@ def test_the_machine_and_the_export_show_the_timeouts() -> None:
 def test_durations_read_as_people_write_them() -> None:
     assert [human(timedelta(seconds=s)) for s in (0.5, 45, 90, 7200, 93_600)] == \
         ["0.5s", "45s", "1m30s", "2h", "1d2h"]
+
+
+def test_the_diagram_shows_the_saga_and_node_timeouts() -> None:
+    from coordinator.sagas.diagram import mermaid
+
+    text = mermaid(timed(act("a"), Sequence("s", (act("b"),), timeout=timedelta(minutes=30),
+                                            on_timeout="dead"), on_timeout="rollback"))
+    assert 'state "sequence s (timeout 30m: dead)" as n_s {' in text
+    assert "    n_a --> n_compensating: saga timed out after 2h" in text
+    assert "    n_s --> n_dead: timed out after 30m" in text
+    assert "timed out" not in mermaid(timed(act("a"), timeout=None))
