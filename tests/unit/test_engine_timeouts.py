@@ -4,7 +4,9 @@ timeout fails, ``on_timeout="dead"``, a saga that finishes first, replay and the
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -339,3 +341,41 @@ def test_the_diagram_shows_the_saga_and_node_timeouts() -> None:
     assert "    n_a --> n_compensating: saga timed out after 2h" in text
     assert "    n_s --> n_dead: timed out after 30m" in text
     assert "timed out" not in mermaid(timed(act("a"), timeout=None))
+
+
+# -- the docs -------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _section(page: str, title: str) -> str:
+    return (DOCS / page).read_text().split(f"### {title}\n", 1)[1].split("\n### ", 1)[0]
+
+
+def test_the_language_page_draws_what_the_coordinator_draws_right_after_time() -> None:
+    from coordinator.sagas.diagram import mermaid
+
+    text = (DOCS / "saga-language.md").read_text()
+    assert text.index("### Timeouts") > text.index("### Time in mappers and guards")
+    assert "\n### " not in text.split("### Time in mappers and guards", 1)[1].split(
+        "### Timeouts", 1)[0]  # right after it
+    section = _section("saga-language.md", "Timeouts")
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    drawn = re.search(r"```mermaid\n(.*?)\n```", section, re.S)
+    assert code is not None and drawn is not None
+    namespace: dict[str, Any] = {}
+    exec("from datetime import timedelta\nfrom pydantic import BaseModel\n"
+         "from coordinator.language import Saga, SagaStep, WaitForSignal\n"
+         + code.group(1).split("env = SagaTestEnv", 1)[0], namespace)
+    assert drawn.group(1) == mermaid(compile_saga(namespace["HeldOrder"])).rstrip("\n")
+
+
+def test_the_declarative_page_yaml_loads_with_its_timeouts() -> None:
+    from coordinator.definitions import load_saga
+
+    yaml_block = re.search(r"```yaml\n(.*?)```", _section("declarative-sagas.md", "Timeouts"),
+                           re.S)
+    assert yaml_block is not None
+    compiled = compile_saga(load_saga(yaml_block.group(1)))
+    assert compiled.timeout == TWO_HOURS
+    assert compiled.node("fulfil").timeout == timedelta(minutes=30)  # type: ignore[union-attr]
