@@ -13,6 +13,7 @@ from coordinator.engine.decision import (
     InvalidInput,
     InvalidTransition,
 )
+from coordinator.engine import timeouts
 from coordinator.engine.driver import drive
 from coordinator.engine.events import (
     Event,
@@ -149,6 +150,7 @@ def _migrated(definition: CompiledSaga, state: SagaState, event: Migrated, now: 
         work.touched[key] = None  # every node is rewritten; a renamed key's old one is gone
     work.note(f"migrated v{event.from_version} -> v{event.to_version} by "
               f"{plan.migration} ({event.actor})")
+    timeouts.settle(work)  # a renamed node's timeout moves to its new key (every key touched)
     return _decision(work, event, state)
 
 

@@ -379,3 +379,30 @@ def test_the_declarative_page_yaml_loads_with_its_timeouts() -> None:
     compiled = compile_saga(load_saga(yaml_block.group(1)))
     assert compiled.timeout == TWO_HOURS
     assert compiled.node("fulfil").timeout == timedelta(minutes=30)  # type: ignore[union-attr]
+
+
+def test_a_migration_that_renames_a_timed_node_moves_its_timeout() -> None:
+    from coordinator.engine.events import Migrated
+    from coordinator.language.saga import Migration
+
+    class V1(Saga):
+        name = "timed_mig"
+        input_model = TreeInput
+        steps = (Sequence("s", (act("a"),), timeout=timedelta(minutes=10)),)
+
+    class V2(Saga):
+        name = "timed_mig"
+        version = 2
+        input_model = TreeInput
+        steps = (Sequence("t", (act("a"),), timeout=timedelta(minutes=10)),)
+        migrate_from = {1: Migration(V1, renames={"s": "t"})}  # noqa: RUF012
+
+    run = new_run(compile_saga(V1))
+    run.sim.definition = compile_saga(V2)
+    run.sim.apply(Migrated(from_version=1, to_version=2, migration="v1->v2", actor="ops"))
+    assert run.sim.current.timeouts == {"t": START + timedelta(minutes=10)}
+    assert set(run.sim.timers) == {timeout_timer_id(run.sim.saga_id, "t"),
+                                   *(t for t in run.sim.timers if ":a:" in t)}
+    fire_timeout(run, "t")
+    assert run.sim.current.reason == "timed out after 10m in t (at t > a)"
+    assert run.sim.replayed().to_json() == run.sim.current.to_json()
