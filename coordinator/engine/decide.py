@@ -7,13 +7,13 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from coordinator.engine import timeouts
 from coordinator.engine.decision import (
     Decision,
     HistoryEntry,
     InvalidInput,
     InvalidTransition,
 )
-from coordinator.engine import timeouts
 from coordinator.engine.driver import drive
 from coordinator.engine.events import (
     Event,

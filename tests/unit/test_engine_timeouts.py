@@ -395,7 +395,7 @@ def test_a_migration_that_renames_a_timed_node_moves_its_timeout() -> None:
         version = 2
         input_model = TreeInput
         steps = (Sequence("t", (act("a"),), timeout=timedelta(minutes=10)),)
-        migrate_from = {1: Migration(V1, renames={"s": "t"})}  # noqa: RUF012
+        migrate_from = {1: Migration(V1, renames={"s": "t"})}
 
     run = new_run(compile_saga(V1))
     run.sim.definition = compile_saga(V2)
