@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
+from coordinator.api.models.conversions import detail
 from coordinator.engine.work import message_id
 from coordinator.language.nodes import ChildSaga, WaitForSignal
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep
@@ -118,6 +119,7 @@ async def test_a_saga_stuck_in_a_signal_wait_times_out_and_rolls_back(
     saga_id, began = started.record.saga_id, started.record.state.started_at
     [timer] = [t for t in await _timers(store, saga_id) if t["kind"] == "timeout"]
     assert (timer["step"], timer["due_at"]) == ("", began + LIMIT)  # durable, from the start
+    assert detail(started.record, stuck=False).timeouts == {"": began + LIMIT}  # the API's
     await _status(store, saga_id, "compensated")
     record = await store.get_saga(saga_id)
     assert record is not None
