@@ -111,20 +111,21 @@ def _live(w: Work, key: str) -> bool:
 
 
 def node_path(w: Work, key: str) -> str:
-    """``fulfil > lines[2] > reserve``: the node's key with the nodes above it."""
-    chain: list[str] = []
+    """``fulfil > lines[2] > reserve``: the node's name after the nodes above it (a for-each
+    item by its key, in place of its for-each)."""
+    chain: list[tuple[str, str]] = []
     at: str | None = key
     while at is not None:
-        chain.append(at)
-        at = w.step(at).parent
+        state = w.step(at)
+        chain.append((at, state.node))
+        at = state.parent
     chain.reverse()
     out: list[str] = []
-    for index, part in enumerate(chain):
-        parent = chain[index - 1] if index else ""
-        if index + 1 < len(chain) and chain[index + 1].startswith(part + "["):
-            continue  # a for-each followed by its item: the item names it
-        out.append(part[len(parent) + 1:] if parent and part.startswith(parent + ".")
-                   else part)
+    for index, (at, node) in enumerate(chain):
+        if node.endswith("[]"):
+            out.append(at)  # an item: lines[2]
+        elif index + 1 == len(chain) or not chain[index + 1][1].endswith("[]"):
+            out.append(node)  # its for-each is named by the item that follows
     return " > ".join(out)
 
 

@@ -406,3 +406,17 @@ def test_a_migration_that_renames_a_timed_node_moves_its_timeout() -> None:
     fire_timeout(run, "t")
     assert run.sim.current.reason == "timed out after 10m in t (at t > a)"
     assert run.sim.replayed().to_json() == run.sim.current.to_json()
+
+
+def test_each_for_each_item_has_its_own_timer_and_one_timing_out_fails_the_for_each() -> None:
+    body = (Sequence("pack", (act("box"),), timeout=timedelta(minutes=5)),)
+    run = new_run(timed(ForEach("lines", items=lambda ctx: [1, 2], body=body), timeout=None))
+    assert set(run.sim.current.timeouts) == {"lines[0].pack", "lines[1].pack"}
+    ok(run, "lines[0].box")
+    assert set(run.sim.current.timeouts) == {"lines[1].pack"}  # item 0 finished first
+    fire_timeout(run, "lines[1].pack")
+    assert run.sim.current.reason == \
+        "timed out after 5m in lines[1] > pack (at lines[1] > pack > box)"
+    finish(run)
+    assert run.sim.current.status is Status.COMPENSATED
+    assert ("lines[0].box", "compensate") in sent(run.sim)
