@@ -202,15 +202,19 @@ def tree_steps(draw: st.DrawFn) -> tuple[Any, ...]:
     return tuple(draw(nodes(names)) for _ in range(draw(st.integers(1, 3))))
 
 
-def compile_tree(steps: tuple[Any, ...]) -> CompiledSaga:
+def compile_tree(steps: tuple[Any, ...], **attrs: Any) -> CompiledSaga:
     cls = type("RandomTree", (Saga,), {"name": "tree", "version": 1,
-                                       "input_model": TreeInput, "steps": steps})
+                                       "input_model": TreeInput, "steps": steps, **attrs})
     return compile_saga(cls)
 
 
 @st.composite
 def definitions(draw: st.DrawFn) -> CompiledSaga:
-    return compile_tree(draw(tree_steps()))
+    """A random tree, now and then with a timeout of the saga's own (rollback or dead)."""
+    limit = draw(st.sampled_from([None, None, None, timedelta(hours=2)]), label="saga timeout")
+    attrs = {} if limit is None else {
+        "timeout": limit, "on_timeout": draw(st.sampled_from(["rollback", "dead"]))}
+    return compile_tree(draw(tree_steps()), **attrs)
 
 
 # -- a guard written into a tree while a saga runs ---------------------------------------------
