@@ -10,6 +10,7 @@ is built.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,10 @@ class _Builder:
 
     def node(self, n: Any, at: str) -> Any:
         build: Callable[[Any, str], Any] = getattr(self, f"_{n.kind}")
-        return build(n, at)
+        built = build(n, at)
+        if isinstance(n, fmt.Timed) and n.timeout is not None:  # a node's own timeout
+            built = replace(built, timeout=n.timeout, on_timeout=n.on_timeout)
+        return built
 
     def _step_kwargs(self, n: fmt.TccStepDef | fmt.SagaStepDef, at: str) -> dict[str, Any]:
         out = _set(description=n.description, retry=n.retry, deadline=n.deadline,
@@ -213,7 +217,8 @@ def build_saga_class(definition: fmt.Definition, source: str = "definition") -> 
         "name": definition.name, "version": definition.version, "input_model": input_model,
         "steps": steps, "description": definition.description, "queries": queries,
         "__doc__": definition.description or None, "__module__": __name__,
-        "__qualname__": cls_name, "definition": definition}
+        "__qualname__": cls_name, "definition": definition,
+        **_set(timeout=definition.timeout), "on_timeout": definition.on_timeout}
     try:
         return type(cls_name, (Saga,), namespace)
     except DefinitionError as exc:

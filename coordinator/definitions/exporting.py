@@ -66,6 +66,8 @@ class _Exporter:
         if isinstance(n, HumanTask):
             return self.task(n)
         at, common = getattr(n, "name", ""), _given(description=n.description or None)
+        if isinstance(n, _TIMED) and n.timeout is not None:
+            common |= _given(timeout=n.timeout, on_timeout=_unless(n.on_timeout, "fail"))
         if isinstance(n, flow.Sequence):
             return fmt.SequenceDef(kind="sequence", name=at, steps=self.branch(n.steps), **common)
         if isinstance(n, flow.Parallel | flow.Race):
@@ -160,6 +162,10 @@ class _Exporter:
             or None))
 
 
+#: The nodes that may have a timeout of their own (``format.Timed``).
+_TIMED = (flow.Sequence, flow.Parallel, flow.Race, flow.ForEach, flow.Choice, flow.ChildSaga)
+
+
 def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.Definition:
     """The definition of saga class ``cls``; :class:`InvalidDefinition` lists every mapper
     that is a Python function with no expression given, and every input the format cannot
@@ -171,7 +177,10 @@ def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.
     if ex.problems:
         raise InvalidDefinition(ex.problems, f"export of {cls.__qualname__}")
     return fmt.Definition(name=cls.name, version=cls.version, input=input_schema, steps=steps,
-                          **_given(description=cls.description or None, queries=queries or None))
+                          **_given(description=cls.description or None, queries=queries or None,
+                                   timeout=getattr(cls, "timeout", None),
+                                   on_timeout=_unless(getattr(cls, "on_timeout", "rollback"),
+                                                      "rollback")))
 
 
 def plain_definition(definition: fmt.Definition) -> dict[str, Any]:

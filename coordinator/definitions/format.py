@@ -24,7 +24,7 @@ from coordinator.language.calendars import BusinessCalendar
 from coordinator.language.flow_nodes import ITERATIONS_CEILING
 from coordinator.language.policies import RetryPolicy
 
-__all__ = ["FORMAT", "Branch", "Definition", "Expr", "Node"]
+__all__ = ["FORMAT", "Branch", "Definition", "Expr", "Node", "Timed"]
 
 #: The format's identifier, written as ``format`` in every exported definition.
 FORMAT: Final = "sagaflow/v1"
@@ -87,24 +87,32 @@ class SagaStepDef(_Step):
     compensation_payload: Expression | None = None
 
 
-class SequenceDef(_Node):
+class Timed(_Node):
+    """A composite or a child saga: it may have a timeout of its own (from its entry), which
+    fails the node (``fail``, kind ``timeout``) or parks the saga as dead (``dead``)."""
+
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
+
+
+class SequenceDef(Timed):
     kind: Literal["sequence"]
     steps: Branch
 
 
-class ParallelDef(_Node):
+class ParallelDef(Timed):
     kind: Literal["parallel"]
     branches: list[Branch] = Field(min_length=1, max_length=100)
 
 
-class RaceDef(_Node):
+class RaceDef(Timed):
     kind: Literal["race"]
     branches: list[Branch] = Field(min_length=1, max_length=100)
     quorum: int = Field(default=1, ge=1)
     verdicts: Literal["decided", "first_rejection", "all"] = "decided"
 
 
-class ForEachDef(_Node):
+class ForEachDef(Timed):
     kind: Literal["foreach"]
     #: The list of items; the body sees each as ``item`` and its position as ``index``.
     items: Expression
@@ -118,7 +126,7 @@ class ChoiceBranchDef(_Strict):
     steps: Branch
 
 
-class ChoiceDef(_Node):
+class ChoiceDef(Timed):
     kind: Literal["choice"]
     branches: list[ChoiceBranchDef] = Field(min_length=1, max_length=100)
     otherwise: Branch | None = None
@@ -135,7 +143,7 @@ class PatchedDef(_Strict):
     description: Text = ""
 
 
-class ChildDef(_Node):
+class ChildDef(Timed):
     kind: Literal["child"]
     #: The registered saga type the child runs.
     saga: Name
@@ -248,6 +256,9 @@ class Definition(_Strict):
     input: JsonSchema
     #: Read-only queries: name -> an expression over ``{"status", "input", "results"}``.
     queries: dict[Name, Expression] = Field(default_factory=dict, max_length=100)
+    #: How long the saga may run forward, from its start; then it rolls back or goes dead.
+    timeout: timedelta | None = None
+    on_timeout: Literal["rollback", "dead"] = "rollback"
     steps: Branch
 
 

@@ -9,9 +9,10 @@ so the compiler sits above them and the tree's types below them, in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from coordinator.engine.machine import build_machine
+from coordinator.engine.machine import build_machine, saga_timeout_edges
 from coordinator.engine.tree import (
     CompiledGroup,
     CompiledMigration,
@@ -67,6 +68,7 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
                          children=tuple(_compile_node(n) for n in cls.steps))
     _check_signal_models(cls, root)
     states, transitions = build_machine(root)
+    timeout, on_timeout = getattr(cls, "timeout", None), getattr(cls, "on_timeout", "rollback")
     return CompiledSaga(
         name=cls.name,
         version=cls.version,
@@ -76,7 +78,9 @@ def compile_saga(cls: type[Saga], *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         topic_prefix=topic_prefix,
         saga_class=cls,
         states=states,
-        transitions=transitions,
+        transitions=transitions + saga_timeout_edges(timeout, on_timeout),
+        timeout=timeout,
+        on_timeout=on_timeout,
         migrations={
             version: CompiledMigration(
                 source=compile_saga(m.source, topic_prefix=topic_prefix,
@@ -115,20 +119,21 @@ def _compile_node(spec: Any) -> CompiledNode:
     if isinstance(spec, flow.SleepUntil):
         return CompiledSleep(name=spec.name, until=spec.until, description=spec.description)
     if isinstance(spec, flow.Sequence):
-        return _group(spec.name, GroupKind.SEQUENCE, spec.steps, spec.description)
+        return _timed(_group(spec.name, GroupKind.SEQUENCE, spec.steps, spec.description), spec)
     if isinstance(spec, flow.Parallel | flow.Race):
         kind = GroupKind.PARALLEL if isinstance(spec, flow.Parallel) else GroupKind.RACE
         branches = tuple(_branch(f"{spec.name}.{i}", b) for i, b in enumerate(spec.branches))
         quorum = spec.quorum if isinstance(spec, flow.Race) else 1
         verdicts = spec.verdicts if isinstance(spec, flow.Race) else "decided"
         return CompiledGroup(name=spec.name, kind=kind, children=branches, quorum=quorum,
-                             verdicts=verdicts,
-                             description=spec.description)
+                             verdicts=verdicts, description=spec.description,
+                             timeout=spec.timeout, on_timeout=spec.on_timeout)
     if isinstance(spec, flow.ForEach):
         body = _group(f"{spec.name}[]", GroupKind.SEQUENCE, spec.body, "")
         return CompiledGroup(name=spec.name, kind=GroupKind.FOREACH, children=(body,),
                              items=spec.items, max_concurrency=spec.max_concurrency,
-                             max_items=spec.max_items, description=spec.description)
+                             max_items=spec.max_items, description=spec.description,
+                             timeout=spec.timeout, on_timeout=spec.on_timeout)
     if isinstance(spec, flow.Catch):
         return CompiledGroup(
             name=spec.name, kind=GroupKind.CATCH, description=spec.description,
@@ -154,7 +159,12 @@ def _compile_node(spec: Any) -> CompiledNode:
     return CompiledGroup(
         name=spec.name, kind=GroupKind.CHOICE,
         children=tuple(_branch(f"{spec.name}.{i}", b) for i, (_, b) in enumerate(pairs)),
-        guards=tuple(g for g, _ in pairs), description=spec.description)
+        guards=tuple(g for g, _ in pairs), description=spec.description,
+        timeout=spec.timeout, on_timeout=spec.on_timeout)
+
+
+def _timed(group: CompiledGroup, spec: Any) -> CompiledGroup:
+    return replace(group, timeout=spec.timeout, on_timeout=spec.on_timeout)
 
 
 def _group(name: str, kind: GroupKind, nodes: Any, description: str) -> CompiledGroup:
@@ -218,5 +228,5 @@ def _compile_child(spec: flow.ChildSaga) -> CompiledStep:
         compensable=True, payload=spec.input, rollback_payload=None, when=spec.when,
         retry=_CHILD_TRY, finish_retry=finish, rollback_retry=finish, deadline=spec.deadline,
         rollback_deadline=spec.deadline, description=spec.description, child=child,
-        child_version=spec.version,
+        child_version=spec.version, timeout=spec.timeout, on_timeout=spec.on_timeout,
     )

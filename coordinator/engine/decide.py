@@ -7,6 +7,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from coordinator.engine import timeouts
 from coordinator.engine.decision import (
     Decision,
     HistoryEntry,
@@ -149,6 +150,7 @@ def _migrated(definition: CompiledSaga, state: SagaState, event: Migrated, now: 
         work.touched[key] = None  # every node is rewritten; a renamed key's old one is gone
     work.note(f"migrated v{event.from_version} -> v{event.to_version} by "
               f"{plan.migration} ({event.actor})")
+    timeouts.settle(work)  # a renamed node's timeout moves to its new key (every key touched)
     return _decision(work, event, state)
 
 

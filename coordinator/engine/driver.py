@@ -12,6 +12,7 @@ whose tree succeeded is ``prepared``: it confirms or rolls back when its parent 
 
 from __future__ import annotations
 
+from coordinator.engine import timeouts
 from coordinator.engine.confirming import confirm
 from coordinator.engine.decision import EngineError
 from coordinator.engine.nodes import ROOT, Progress, forward, undo
@@ -30,7 +31,13 @@ _MAX_WALKS = 1_000
 
 
 def drive(w: Work) -> None:
-    """Start whatever can start now; stop when everything waits for an event."""
+    """Start whatever can start now; stop when everything waits for an event. Then arm and
+    drop the timeouts (``engine.timeouts``) as the walk left the saga."""
+    _drive(w)
+    timeouts.settle(w)
+
+
+def _drive(w: Work) -> None:
     for _ in range(_MAX_WALKS):
         if w.get("status") not in (Status.RUNNING, Status.COMPENSATING):
             return

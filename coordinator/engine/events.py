@@ -60,6 +60,8 @@ class TimerKind(StrEnum):
     TASK_ESCALATION = "task_escalation"
     #: A human task's final timeout: rejected, decided by default, or the saga goes dead.
     TASK_TIMEOUT = "task_timeout"
+    #: A saga's or a composite node's own timeout passed (``coordinator.engine.timeouts``).
+    TIMEOUT = "timeout"
 
 
 class RepairVerb(StrEnum):

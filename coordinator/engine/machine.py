@@ -8,10 +8,14 @@ exported machine and the engine cannot disagree.
 
 from __future__ import annotations
 
-from coordinator.engine.nodes.base import kind_of
-from coordinator.engine.tree import CompiledGroup, Transition, walk
+from datetime import timedelta
 
-__all__ = ["END_STATES", "SAGA_EDGES", "build_machine", "node_edges"]
+from coordinator.engine.nodes.base import kind_of
+from coordinator.engine.tree import CompiledGroup, CompiledStep, Transition, walk
+from coordinator.language.timeouts import human
+
+__all__ = ["END_STATES", "SAGA_EDGES", "build_machine", "node_edges", "saga_timeout_edges",
+           "timeout_edges"]
 
 END_STATES = ("completed", "compensated", "cancelled", "dead")
 
@@ -33,8 +37,29 @@ SAGA_EDGES = (
 
 
 def node_edges(node: object) -> tuple[tuple[str, str, str], ...]:
-    """The phase moves of one definition node, from its kind's module."""
-    return tuple(kind_of(node).edges(node))  # type: ignore[arg-type]
+    """The phase moves of one definition node, from its kind's module (and its timeout's)."""
+    return tuple(kind_of(node).edges(node)) + timeout_edges(node)  # type: ignore[arg-type]
+
+
+def timeout_edges(node: object) -> tuple[tuple[str, str, str], ...]:
+    """A node's own timeout (``coordinator.engine.timeouts``): ``fail`` fails it where it runs
+    (a composite while ``running``, a child saga while ``trying``); ``dead`` parks the saga
+    and leaves the node's phase as it is."""
+    timeout = getattr(node, "timeout", None)
+    if not isinstance(node, CompiledGroup | CompiledStep) or timeout is None:
+        return ()
+    if node.on_timeout == "dead":
+        return ()
+    source = "trying" if isinstance(node, CompiledStep) else "running"
+    return ((source, "failed", f"timed out after {human(timeout)}"),)
+
+
+def saga_timeout_edges(timeout: timedelta | None, on_timeout: str) -> tuple[Transition, ...]:
+    """The saga's own timeout, labelled, among the saga's status moves."""
+    if timeout is None:
+        return ()
+    target = "dead" if on_timeout == "dead" else "compensating"
+    return (Transition("running", target, f"timed out after {human(timeout)} ({on_timeout})"),)
 
 
 def build_machine(root: CompiledGroup) -> tuple[tuple[str, ...], tuple[Transition, ...]]:

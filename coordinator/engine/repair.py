@@ -63,7 +63,9 @@ def _left_dead(w: Work, event: OperatorRepair, before: SagaState) -> None:
 
 def _dead_step(w: Work, event: OperatorRepair) -> str:
     dead = w.state.dead_step
-    assert dead is not None
+    if dead is None:  # parked by a timeout (``engine.timeouts``): no step to act on
+        raise InvalidTransition(f"saga is dead at no step ({w.state.reason}): compensate "
+                                "rolls it back, resolve settles it by hand")
     if event.step is not None and event.step != dead:
         raise InvalidTransition(f"saga is dead at step {dead!r}, not at {event.step!r}")
     return dead
@@ -233,6 +235,9 @@ def _compensate(w: Work, event: OperatorRepair) -> None:
     if state.status is Status.COMPENSATING:
         raise InvalidTransition("saga is already compensating")
     if state.status is Status.RUNNING:
+        start_rollback(w, reason, Status.COMPENSATED)
+        return
+    if state.dead_step is None and state.stage is Stage.FORWARD:  # parked by a timeout
         start_rollback(w, reason, Status.COMPENSATED)
         return
     key = _dead_step(w, event)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.engine import starting
-from coordinator.engine.driver import drive
+from coordinator.engine import starting, timeouts
+from coordinator.engine.driver import drive, start_rollback
 from coordinator.engine.events import ReplyReceived, TimerFired, TimerKind
 from coordinator.engine.nodes import sleep, task, wait
 from coordinator.engine.nodes.leaf import fail, send_finish, succeed
@@ -106,6 +106,11 @@ def on_timer(w: Work, event: TimerFired) -> str | None:
     """Apply a fired timer, on the path of its kind; returns why it was ignored, or ``None``."""
     if event.kind is TimerKind.START:  # the saga's own timer: about no node
         ignored = starting.start_now(w, event)
+        if ignored is None:
+            drive(w)
+        return ignored
+    if event.kind is TimerKind.TIMEOUT:  # the saga's own (step "") or a node's
+        ignored = timeouts.fired(w, event, start_rollback)
         if ignored is None:
             drive(w)
         return ignored

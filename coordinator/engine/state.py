@@ -288,6 +288,12 @@ class SagaState(BaseModel):
     signals: list[KeptSignal] = Field(default_factory=list)
     #: Version guards decided so far: change id -> ``"old"`` or ``"new"`` (see ``Patched``).
     patches: dict[str, PatchChoice] = Field(default_factory=dict)
+    #: Timeouts armed now (``coordinator.engine.timeouts``): node key (``""``: the saga's
+    #: own) -> when it passes. Each has a durable ``timeout`` timer.
+    timeouts: dict[str, datetime] = Field(default_factory=dict)
+    #: The timeout that passed, if one did: node (``""``: the saga), after_s, on_timeout,
+    #: at, reason. A dead saga with it is repaired by compensate or resolve.
+    timed_out: dict[str, Any] | None = None
     events_applied: int = 0
     started_at: datetime
     updated_at: datetime

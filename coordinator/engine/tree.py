@@ -164,6 +164,9 @@ class CompiledStep:
     #: A child saga node: the saga type it runs, and its version (``None``: the latest).
     child: str | None = None
     child_version: int | None = None
+    #: A child saga node's own timeout (``None``: none) and what it does: "fail" or "dead".
+    timeout: timedelta | None = None
+    on_timeout: str = "fail"
 
     @property
     def confirms(self) -> bool:
@@ -208,6 +211,7 @@ class CompiledStep:
             "description": self.description,
             **({"child": self.child, "child_version": self.child_version}
                if self.child is not None else {}),
+            **_timeout_json(self.timeout, self.on_timeout),
         }
 
 
@@ -237,6 +241,9 @@ class CompiledGroup:
     catches: tuple[str, ...] = ()
     keep: bool = False
     description: str = ""
+    #: The node's timeout (``None``: none) and what it does when it passes: "fail" or "dead".
+    timeout: timedelta | None = None
+    on_timeout: str = "fail"
 
     def path(self, choice: str) -> tuple[CompiledNode, ...]:
         """A guard's children on the path ``"new"`` or ``"old"``."""
@@ -262,8 +269,15 @@ class CompiledGroup:
             out["change"] = self.change
             out["new"] = [c.name for c in self.path("new")]
             out["old"] = [c.name for c in self.path("old")]
+        out.update(_timeout_json(self.timeout, self.on_timeout))
         out["children"] = [c.to_json() for c in self.children]
         return out
+
+
+def _timeout_json(timeout: timedelta | None, on_timeout: str) -> dict[str, Any]:
+    """A timeout in an export; none at all without one (exports of older sagas unchanged)."""
+    return {} if timeout is None else {"timeout_s": timeout.total_seconds(),
+                                       "on_timeout": on_timeout}
 
 
 CompiledNode = CompiledStep | CompiledGroup | CompiledSleep | CompiledWait | CompiledTask
@@ -303,6 +317,9 @@ class CompiledSaga:
     transitions: tuple[Transition, ...] = field(default=())
     #: Older versions running sagas can move from: version -> migration.
     migrations: Mapping[int, CompiledMigration] = field(default_factory=dict)
+    #: The saga's own timeout (``Saga.timeout``) and what it does: "rollback" or "dead".
+    timeout: timedelta | None = None
+    on_timeout: str = "rollback"
 
     def for_version(self, version: int) -> CompiledSaga:
         """This definition, or the one of an older version it migrates from (replay)."""
@@ -336,6 +353,12 @@ class CompiledSaga:
                 for c in g.children}
 
     @cached_property
+    def timed_nodes(self) -> frozenset[str]:
+        """Names of the nodes that declare a timeout of their own."""
+        return frozenset(n.name for n in walk(self.root)
+                         if isinstance(n, CompiledGroup | CompiledStep) and n.timeout)
+
+    @cached_property
     def signals(self) -> dict[str, type[BaseModel] | None]:
         """Signal name -> its payload model, over every wait of the tree (waits for one
         signal share its model: checked when compiling)."""
@@ -364,6 +387,7 @@ class CompiledSaga:
             "transitions": [
                 {"from": t.source, "to": t.target, "on": t.label} for t in self.transitions
             ],
+            **_timeout_json(self.timeout, self.on_timeout),
         }
 
 

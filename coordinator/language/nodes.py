@@ -77,6 +77,10 @@ class Sequence:
     name: str
     steps: tuple[Any, ...]
     _: KW_ONLY
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -90,6 +94,10 @@ class Parallel:
     name: str
     branches: tuple[Any, ...]
     _: KW_ONLY
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -109,6 +117,10 @@ class ForEach:
     _: KW_ONLY
     max_concurrency: int | None = None
     max_items: int = 100
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -128,6 +140,10 @@ class Race:
     #: ``"first_rejection"`` fails it at the first branch that fails (a veto), ``"all"``
     #: waits for every branch's verdict first (approvers are all heard).
     verdicts: Literal["decided", "first_rejection", "all"] = "decided"
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -141,6 +157,10 @@ class Choice:
     branches: tuple[tuple[Guard, Any], ...]
     _: KW_ONLY
     otherwise: Any = None
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -191,6 +211,10 @@ class ChildSaga:
     deadline: timedelta = timedelta(hours=1)
     #: Retries of the confirm and cancel requests (each waits up to ``deadline``).
     finish_retry: PolicyLike = DEFAULT_ROLLBACK_RETRY
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 

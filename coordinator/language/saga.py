@@ -69,6 +69,7 @@ from coordinator.language.steps import (
     resolve_policy,
 )
 from coordinator.language.tasks import HumanTask, task_problems
+from coordinator.language.timeouts import node_timeout_problems, saga_timeout_problems
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -126,6 +127,10 @@ class Saga:
     #: letter), so signals nobody waits for cannot grow a saga without end.
     max_kept_signals: ClassVar[int] = 1000
     max_kept_signals_per_name: ClassVar[int] = 100
+    #: How long the saga may run forward, from its start (``None``: no limit); then it rolls
+    #: back (``on_timeout = "rollback"``) or is parked as dead (``"dead"``).
+    timeout: ClassVar[timedelta | None] = None
+    on_timeout: ClassVar[str] = "rollback"
     #: Abstract intermediate bases set this to skip validation.
     abstract: ClassVar[bool] = False
 
@@ -169,6 +174,7 @@ def validate_saga_class(
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"{where}: `{bound}` must be an int >= 1, got {value!r}")
     problems.extend(_migration_problems(where, cls))
+    problems.extend(saga_timeout_problems(where, cls))
     problems.extend(business_key_problems(where, cls))
     problems.extend(node_problems(
         where, steps, set(), 0,
@@ -327,7 +333,7 @@ def _child_problems(at: str, node: ChildSaga, seen: set[str]) -> list[str]:
         resolve_policy(node.finish_retry)
     except (TypeError, ValueError) as exc:
         out.append(f"{at}: bad finish_retry: {exc}")
-    return out
+    return out + node_timeout_problems(at, node)
 
 
 def _sleep_problems(at: str, node: Sleep | SleepUntil, seen: set[str]) -> list[str]:
@@ -397,7 +403,7 @@ def _before_guards(kids: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _own_problems(at: str, node: Any) -> list[str]:
-    out: list[str] = []
+    out: list[str] = [] if isinstance(node, Patched) else node_timeout_problems(at, node)
     if isinstance(node, Catch | Loop):
         out.extend(flow_problems(at, node))
     elif isinstance(node, ForEach):

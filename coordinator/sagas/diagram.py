@@ -27,8 +27,10 @@ from coordinator.engine.compiled import (
     GroupKind,
     StepKind,
     compile_saga,
+    walk,
 )
 from coordinator.language.saga import DefinitionError, Saga
+from coordinator.language.timeouts import human
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
 from participant_sdk.version import version_line
 
@@ -88,6 +90,7 @@ def mermaid(definition: CompiledSaga, current: str | Iterable[str] | None = None
     lines.append(f'    state "rolling back (reverse order of completion)" as {rollback}')
     for node in definition.root.children:
         lines.append(f"    {_node_id(node.name)} --> {rollback}: failed for good")
+    lines.extend(_timeout_edges(definition, rollback))
     lines.append(f"    {rollback} --> {_node_id('compensated')}: all undone")
     lines.append(f"    {rollback} --> {_node_id('cancelled')}: all undone [operator cancel]")
     lines.append(f"    {rollback} --> {_node_id('dead')}: an undo gave up")
@@ -117,7 +120,7 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
     nid = _node_id(node.name)
     if isinstance(node, CompiledStep) and node.child is not None:
         lines.append(f'{pad}state "{_label(node.name)} (child saga {node.child}; '
-                     f'confirmed or cancelled with this saga)" as {nid}')
+                     f'confirmed or cancelled with this saga{_timeout(node)})" as {nid}')
         return nid
     if isinstance(node, CompiledStep):
         undo = "cancel" if node.kind is StepKind.TCC else (
@@ -145,6 +148,8 @@ def _draw(lines: list[str], node: CompiledNode, pad: str) -> str:
     if node.kind is GroupKind.RACE:
         title += f" ({node.quorum} of {len(node.children)} win; losers undone)"
     title += _flow_title(node)
+    if node.timeout is not None:
+        title += f" ({_timeout(node)[2:]})"
     lines.append(f'{pad}state "{_label(title)}" as {nid} {{')
     inner = pad + "    "
     if node.kind is GroupKind.CATCH:
@@ -214,6 +219,30 @@ def _draw_catch(lines: list[str], node: CompiledGroup, pad: str) -> None:
     start, end = _chain(lines, fallback.children, pad)
     lines.append(f"{pad}{caught} --> {start}: " + ("body kept" if node.keep else "body undone"))
     lines.append(f"{pad}{end} --> [*]")
+
+
+def _timeout(node: CompiledGroup | CompiledStep) -> str:
+    """``; timeout 30m: fail`` for a node with a timeout of its own, else nothing."""
+    if node.timeout is None:
+        return ""
+    return f"; timeout {human(node.timeout)}: {node.on_timeout}"
+
+
+def _timeout_edges(definition: CompiledSaga, rollback: str) -> list[str]:
+    """The saga's own timeout, from each top-level node, and each node's ``dead`` timeout."""
+    out: list[str] = []
+    dead = _node_id("dead")
+    if definition.timeout is not None:
+        target = dead if definition.on_timeout == "dead" else rollback
+        label = f"saga timed out after {human(definition.timeout)}"
+        out += [f"    {_node_id(n.name)} --> {target}: {label}"
+                for n in definition.root.children]
+    for node in walk(definition.root):
+        if (isinstance(node, CompiledGroup | CompiledStep) and node.timeout is not None
+                and node.on_timeout == "dead"):
+            out.append(f"    {_node_id(node.name)} --> {dead}: timed out after "
+                       f"{human(node.timeout)}")
+    return out
 
 
 def load_saga_class(spec: str) -> type[Saga]:

@@ -121,7 +121,8 @@ def _leaf(draw: st.DrawFn, names: itertools.count[int], in_race: bool) -> Any:
     if kind == "sleep":  # a durable sleep: the random driver fires its timer whenever
         return Sleep(name, timedelta(days=draw(st.sampled_from([0, 1, 30]))))
     if kind == "child":  # answered like a participant: the Simulator plays the child
-        return ChildSaga(name, "child_type", when=when, finish_retry=FAST)
+        return ChildSaga(name, "child_type", when=when, finish_retry=FAST,
+                         **_timeout(draw))
     if kind == "tcc":
         return TccStep(name, f"p{name}", "do", retry=FAST, when=when)
     compensable = True if in_race else draw(st.sampled_from([True, True, True, False]))
@@ -140,6 +141,7 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     kind = draw(st.sampled_from(kinds))
     name = f"g{next(names)}"
     race, each = in_race or kind == "race", in_each or kind in ("foreach", "loop")
+    limit = _timeout(draw) if kind not in ("patched", "catch", "loop") else {}
 
     def branch() -> Any:
         width = draw(st.integers(1, 2))
@@ -150,20 +152,22 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
 
     if kind == "sequence":
         return Sequence(name, tuple(draw(nodes(names, depth + 1, race, each))
-                                    for _ in range(draw(st.integers(1, 3)))))
+                                    for _ in range(draw(st.integers(1, 3)))), **limit)
     if kind == "parallel":
-        return Parallel(name, tuple(branch() for _ in range(draw(st.integers(1, 3)))))
+        return Parallel(name, tuple(branch() for _ in range(draw(st.integers(1, 3)))),
+                        **limit)
     if kind == "race":
         count = draw(st.integers(1, 3))
         return Race(name, tuple(branch() for _ in range(count)),
                     quorum=draw(st.integers(1, count)),
                     verdicts=draw(st.sampled_from(["decided", "decided", "first_rejection",
-                                                   "all"])))
+                                                   "all"])), **limit)
     if kind == "foreach":
         body = branch()
         return ForEach(name, items=lambda ctx: list(range(ctx.input.n)),
                        body=body if isinstance(body, tuple) else (body,),
-                       max_concurrency=draw(st.sampled_from([None, 1, 2])), max_items=5)
+                       max_concurrency=draw(st.sampled_from([None, 1, 2])), max_items=5,
+                       **limit)
     if kind == "loop":  # do-while: n iterations wanted, a cap that may cut it short
         body = branch()
         return Loop(name, body=body if isinstance(body, tuple) else (body,),
@@ -182,7 +186,17 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
         return Patched(f"change-{name}", new=branch(),
                        old=branch() if draw(st.booleans()) else None)
     return Choice(name, ((lambda ctx: ctx.input.flag, branch()),),
-                  otherwise=branch() if draw(st.booleans()) else None)
+                  otherwise=branch() if draw(st.booleans()) else None, **limit)
+
+
+def _timeout(draw: st.DrawFn) -> dict[str, Any]:
+    """A composite's (or a child saga's) own timeout, now and then: the random driver fires
+    its timer whenever, so it passes at any point of the node's run."""
+    limit = draw(st.sampled_from([None, None, timedelta(minutes=45)]), label="timeout")
+    if limit is None:
+        return {}
+    return {"timeout": limit, "on_timeout": draw(st.sampled_from(["fail", "fail", "dead"]),
+                                                 label="on_timeout")}
 
 
 def _before_guards(kids: tuple[Any, ...]) -> list[Any]:
@@ -203,15 +217,19 @@ def tree_steps(draw: st.DrawFn) -> tuple[Any, ...]:
     return tuple(draw(nodes(names)) for _ in range(draw(st.integers(1, 3))))
 
 
-def compile_tree(steps: tuple[Any, ...]) -> CompiledSaga:
+def compile_tree(steps: tuple[Any, ...], **attrs: Any) -> CompiledSaga:
     cls = type("RandomTree", (Saga,), {"name": "tree", "version": 1,
-                                       "input_model": TreeInput, "steps": steps})
+                                       "input_model": TreeInput, "steps": steps, **attrs})
     return compile_saga(cls)
 
 
 @st.composite
 def definitions(draw: st.DrawFn) -> CompiledSaga:
-    return compile_tree(draw(tree_steps()))
+    """A random tree, now and then with a timeout of the saga's own (rollback or dead)."""
+    limit = draw(st.sampled_from([None, None, None, timedelta(hours=2)]), label="saga timeout")
+    attrs = {} if limit is None else {
+        "timeout": limit, "on_timeout": draw(st.sampled_from(["rollback", "dead"]))}
+    return compile_tree(draw(tree_steps()), **attrs)
 
 
 # -- a guard written into a tree while a saga runs ---------------------------------------------

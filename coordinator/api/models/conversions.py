@@ -78,6 +78,7 @@ def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = No
                       rollback_reason=state.rollback_reason, dead_reason=state.dead_reason,
                       repaired=state.repaired, late_ok=state.late_ok,
                       resolution=state.resolution, history_length=record.history_seq,
+                      timeouts=state.timeouts, timed_out=state.timed_out,
                       finished_at=state.finished_at,
                       parent_id=state.parent.saga_id if state.parent else None,
                       parent_node=state.parent.step if state.parent else None,

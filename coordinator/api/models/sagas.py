@@ -136,6 +136,10 @@ class SagaDetail(SagaSummary):
     #: A late ``ok`` for the dead step arrived (step, phase, attempt, at): retry completes it.
     late_ok: dict[str, Any] | None = None
     resolution: dict[str, Any] | None
+    #: Timeouts armed now: node key (``""``: the saga's own) -> when it passes.
+    timeouts: dict[str, datetime] = {}
+    #: The timeout that passed, if one did: node, after_s, on_timeout, at, reason.
+    timed_out: dict[str, Any] | None = None
     history_length: int
     finished_at: datetime | None
 
