@@ -40,6 +40,7 @@ from coordinator.language.steps import (
     StepSpec,
     TccStep,
 )
+from coordinator.language.updates import Update, UpdateContext, UpdateRejected
 
 __all__ = [
     "Branch",
@@ -65,6 +66,9 @@ __all__ = [
     "StepContext",
     "StepSpec",
     "TccStep",
+    "Update",
+    "UpdateContext",
+    "UpdateRejected",
     "WaitForSignal",
     "validate_saga_class",
 ]

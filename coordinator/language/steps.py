@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -56,6 +56,8 @@ class StepContext(Generic[InputT]):
     #: The time of the event being applied (a reply's, a timer's, a signal's arrival), never
     #: the clock: a mapper or guard that needs the time replays to the same answer.
     now: datetime | None = None
+    #: The result of the latest accepted update of each name (``language.updates``).
+    updates: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: Builds a command payload from the context. Must be deterministic: it runs again on replay.

@@ -343,4 +343,5 @@ def context(w: Work, scope: Scope) -> StepContext[Any]:
         item=scope.item,
         index=scope.index,
         now=w.now,
+        updates={name: dict(u.result) for name, u in state.updates.items()},
     )
