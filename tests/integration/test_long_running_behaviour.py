@@ -2,7 +2,8 @@
 (``coordinator.testing``) and through the operator API on the real stack (worker, relay,
 Kafka, SDK participants with their barrier in Postgres), so the two cannot drift apart:
 signals (kept, applied once per id, refused as the API refuses them), queries, timers and
-operator repairs, updates (answered, rejected, refused alike). Each case checks the status and the participants' own effects ledger."""
+operator repairs, updates (answered, rejected, refused alike). Each case checks the status
+and the participants' own effects ledger."""
 
 from __future__ import annotations
 
