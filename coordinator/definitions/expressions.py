@@ -158,7 +158,7 @@ class Expression:
 
     def __call__(self, ctx: StepContext[Any]) -> Any:
         data = {"input": _plain(ctx.input), "results": _Results(ctx.results),
-                "item": ctx.item, "index": ctx.index}
+                "item": ctx.item, "index": ctx.index, "updates": dict(ctx.updates)}
         return self.evaluate(data)
 
     def evaluate(self, data: Mapping[str, Any]) -> Any:

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from coordinator.definitions.expressions import compile_expression
 from coordinator.definitions.schemas import JsonSchema
+from coordinator.definitions.update_format import UpdateDef
 from coordinator.language.calendars import BusinessCalendar
 from coordinator.language.policies import RetryPolicy
 
@@ -218,6 +219,8 @@ class Definition(_Strict):
     input: JsonSchema
     #: Read-only queries: name -> an expression over ``{"status", "input", "results"}``.
     queries: dict[Name, Expression] = Field(default_factory=dict, max_length=100)
+    #: Updates: name -> payload schema, require/reason checks, result expression, signal.
+    updates: dict[Name, UpdateDef] = Field(default_factory=dict, max_length=100)
     steps: Branch
 
 
