@@ -201,3 +201,22 @@ def test_the_class_is_checked_when_it_is_created() -> None:
                     "signal 'nobody' is not one the saga's waits declare",
                     "'bad name!']: name must be identifier-like", "not an Update"):
         assert problem in text
+
+
+def test_a_removed_or_narrowed_update_breaks_its_senders() -> None:
+    from coordinator.versioning.compat import compare_sagas
+
+    class Strict(BaseModel):
+        address: str
+        zip: str
+
+    class Next(Shipping):
+        version = 2
+        updates = (Update("change_address", model=Strict), Update("note"))
+
+    changes = {c.path: c for c in compare_sagas(Shipping, Next)}
+    assert changes["update.approve"].breaking
+    assert changes["update.broken"].breaking
+    assert not changes["update.note"].breaking
+    assert any(p.startswith("update.change_address") and c.breaking
+               for p, c in changes.items())
