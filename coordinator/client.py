@@ -5,6 +5,7 @@
     async with SagaClient("http://coordinator:8000", token=TOKEN) as client:
         saga = await client.start(OrderSaga, OrderInput(order_id="o-1", amount=10))
         await client.signal(saga, "paid", Payment(amount_cents=100))
+        moved = await client.update(saga, "change_address", AddressChange(address="..."))
         progress = await client.query(saga, "progress", PaymentProgress)
         outcome = await client.result(saga, wait=timedelta(minutes=5))
         task = (await client.tasks.list(scope="available"))[0]
@@ -13,7 +14,7 @@
 
 It speaks the operator API over httpx. Connection errors are retried (with backoff) only where
 a repeat is safe: reads, starts (the client picks the saga id, so a repeat is the same start)
-and signals (the client picks the signal id, so a repeat is applied once). A repair is
+and signals and updates (the client picks the id, so a repeat is applied once). A repair is
 repeated only when the request never left (a refused connection). Waiting for a result is a
 series of server-side long polls (``GET /sagas/{id}/result?wait=``), not a sleep loop here.
 Human tasks are acted on as the token's person (``client.tasks``); the server decides who
@@ -22,7 +23,9 @@ may, and a refusal is a :class:`SagaApiError` (``task_claimed``, ``task_four_eye
 Exceptions::
 
     SagaClientError            root
-     └── SagaApiError          the API answered 4xx/5xx: ``status``, ``code``, ``message``
+     ├── SagaApiError          the API answered 4xx/5xx: ``status``, ``code``, ``message``
+     │    └── UpdateTimedOut   the saga did not answer an update in time (nothing applied)
+     └── UpdateRejected        the saga's validator rejected an update: ``reason``
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from pydantic import BaseModel
 
 from coordinator.language.saga import Saga
 
-__all__ = ["SagaApiError", "SagaClient", "SagaClientError", "TaskVerbs"]
+__all__ = ["SagaApiError", "SagaClient", "SagaClientError", "TaskVerbs", "UpdateRejected",
+           "UpdateTimedOut"]
 
 M = TypeVar("M", bound=BaseModel)
 SagaRef = UUID | str
@@ -59,6 +63,27 @@ class SagaApiError(SagaClientError):
     def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
         self.status, self.code, self.message, self.details = status, code, message, details
         super().__init__(f"{status} {code}: {message}")
+
+
+class UpdateTimedOut(SagaApiError):
+    """The saga stayed busy past the update's wait (HTTP 504 ``update_timed_out``): nothing
+    was applied. Send the same ``update_id`` again (or fetch it: ``update_answer``)."""
+
+    def __init__(self, error: SagaApiError, update_id: str) -> None:
+        super().__init__(error.status, error.code, error.message, error.details)
+        self.update_id = update_id
+
+
+class UpdateRejected(SagaClientError):
+    """The saga's validator rejected the update: nothing was applied (``reason`` says why).
+    The rejection is the stored answer of ``update_id``: a resend gets it again."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+        self.saga_id, self.update_id = answer["saga_id"], answer["update_id"]
+        self.name, self.reason = answer["name"], answer["reason"]
+        super().__init__(f"update {self.name!r} ({self.update_id}) of saga {self.saga_id} "
+                         f"rejected: {self.reason}")
 
 
 def _json(value: BaseModel | dict[str, Any] | None) -> dict[str, Any]:
@@ -207,6 +232,37 @@ class SagaClient:
         data: dict[str, Any] = await self._call("POST", "/signal-with-start", json=body)
         return data
 
+    async def update(self, saga_id: SagaRef, name: str,
+                     payload: BaseModel | dict[str, Any] | None = None, *,
+                     update_id: str | None = None, wait: timedelta = timedelta(seconds=10),
+                     model: type[M] | None = None) -> M | dict[str, Any]:
+        """Send an update and return its result once the saga durably applied it.
+
+        Raises :class:`UpdateRejected` (the validator's reason; nothing applied) or
+        :class:`UpdateTimedOut` (the saga stayed busy past ``wait``; nothing applied: send
+        the same ``update_id`` again). The id (default: a new one, kept across retries)
+        makes a repeat get the stored answer, never a second application."""
+        uid = update_id or str(uuid4())
+        body = {"update_id": uid, "payload": _json(payload),
+                "wait_seconds": wait.total_seconds()}
+        read = httpx.Timeout(self._http.timeout.connect, read=wait.total_seconds() + 10)
+        try:
+            answer = await self._call("POST", f"/sagas/{saga_id}/updates/{name}", json=body,
+                                      timeout=read)
+        except SagaApiError as exc:
+            if exc.code == "update_timed_out":
+                raise UpdateTimedOut(exc, uid) from exc
+            raise
+        return _update_result(answer, model)
+
+    async def update_answer(self, saga_id: SagaRef, name: str, update_id: str
+                            ) -> dict[str, Any]:
+        """The stored answer of an update id (``outcome``, ``result`` or ``reason``); a
+        :class:`SagaApiError` ``update_not_found`` when it was never applied."""
+        data: dict[str, Any] = await self._call(
+            "GET", f"/sagas/{saga_id}/updates/{name}/{update_id}")
+        return data
+
     # -- repairs (operator role) ---------------------------------------------------------
 
     async def _repair(self, verb: str, saga_id: SagaRef, reason: str, **body: Any
@@ -234,6 +290,13 @@ class SagaClient:
     async def resolve(self, saga_id: SagaRef, reason: str, *, status: str = "completed"
                       ) -> dict[str, Any]:
         return await self._repair("resolve", saga_id, reason, status=status)
+
+
+def _update_result(answer: dict[str, Any], model: type[M] | None) -> M | dict[str, Any]:
+    if answer.get("outcome") != "accepted":
+        raise UpdateRejected(answer)
+    result: dict[str, Any] = answer.get("result") or {}
+    return model.model_validate(result) if model is not None else result
 
 
 def _query(params: dict[str, Any]) -> dict[str, str]:

@@ -12,8 +12,9 @@ folds every event through ``advance``) and answers each command with the partici
 handlers behind the SDK's in-memory barrier (``participant_sdk.testing.ParticipantHarness``).
 The clock is virtual: when nothing is in flight it jumps to the next due timer (a sleep's
 wake-up, a signal's timeout, a retry backoff, a delayed start, a task's reminder), so days
-take no time. Signals, queries and operator repairs go through the same checks as the API (a
-signal id is applied once, a finished saga refuses signals with ``SagaFinished``). Human tasks
+take no time. Signals, updates, queries and operator repairs go through the same checks as
+the API (a signal or update id is applied once, a finished saga refuses them with
+``SagaFinished``). Human tasks
 are completed as a given person (``run.complete``), their reminders, escalations and timeouts
 skipped to (``run.skip_to``), and what they published read back (``run.notifications``).
 Child sagas run too, each its
@@ -57,12 +58,15 @@ from coordinator.engine.events import TimerKind
 from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.signals import kept_over_bound
 from coordinator.engine.simulate import Simulator
+from coordinator.engine.updates import update_signal_id
+from coordinator.kit_updates import send_update, stored_answer
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
 from coordinator.sagas.queries import run_query
 from coordinator.store.errors import SagaConflict, SagaFinished, TooManySignals
 from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
+from coordinator.store.updates import UpdateAnswer
 from participant_sdk import Participant
 from participant_sdk.testing import ParticipantHarness
 
@@ -159,6 +163,8 @@ class _Family:
         self._seen: dict[uuid.UUID, int] = {}
         #: (saga id, signal id) of every signal applied, consumed or not: the store's rows.
         self.signal_ids: set[tuple[uuid.UUID, str]] = set()
+        #: The answer of every update id sent, by (saga id, update id): the store's rows.
+        self.update_answers: dict[tuple[uuid.UUID, str], UpdateAnswer] = {}
 
     def add(self, sim: Simulator) -> Simulator:
         self.sagas[sim.saga_id] = sim
@@ -310,6 +316,22 @@ class SagaRun:
         self.family.signal_ids.add((self.sim.saga_id, sid))
         await self.run_until_idle()
         return SignalResult(self.sim.saga_id, sid, name, duplicate=False)
+
+    async def update(self, name: str, payload: BaseModel | dict[str, Any] | None = None, *,
+                     update_id: str | None = None) -> UpdateAnswer:
+        """Send an update as the API does, then run until idle; the answer (``outcome``,
+        ``result`` or ``reason``), refusals as the store's (see ``kit_updates``)."""
+        body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        answer = send_update(self.sim, self.family.update_answers, name, body,
+                             update_id or str(uuid.uuid4()))
+        if not answer.duplicate and answer.accepted:
+            self.family.signal_ids.add((self.sim.saga_id, update_signal_id(answer.update_id)))
+        await self.run_until_idle()
+        return answer
+
+    def update_answer(self, update_id: str) -> UpdateAnswer:
+        """The stored answer of ``update_id`` (``UpdateNotFound`` when none is)."""
+        return stored_answer(self.sim.saga_id, self.family.update_answers, update_id)
 
     async def repair(self, verb: RepairVerb | str, reason: str, *, actor: str = "kit",
                      step: str | None = None, payload: dict[str, Any] | None = None,

@@ -26,6 +26,7 @@ from coordinator.api.routes_sagas import router as sagas_router
 from coordinator.api.routes_schedules import router as schedules_router
 from coordinator.api.routes_signals import router as signals_router
 from coordinator.api.routes_tasks import router as tasks_router
+from coordinator.api.routes_updates import router as updates_router
 from coordinator.api.routes_verify import router as verify_router
 from coordinator.api.routes_versions import router as versions_router
 from coordinator.api.settings import ApiSettings
@@ -151,6 +152,7 @@ def create_app(
     app.include_router(versions_router)
     app.include_router(definitions_router)
     app.include_router(signals_router)
+    app.include_router(updates_router)
     app.include_router(tasks_router)
     app.include_router(results_router)
     app.include_router(schedules_router)

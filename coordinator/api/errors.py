@@ -146,6 +146,9 @@ def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 
 def _store_status(exc: StoreError) -> int:
+    declared = getattr(exc, "http_status", None)  # errors that name their own status
+    if isinstance(declared, int):
+        return declared
     if isinstance(exc, (UnknownSagaType, UnknownSagaVersion, InvalidInput,
                         InvalidSignalPayload)):
         return 422
@@ -159,6 +162,8 @@ def _store_status(exc: StoreError) -> int:
 
 
 def _store_details(exc: StoreError) -> Any:
+    if hasattr(exc, "api_details"):
+        return exc.api_details
     if isinstance(exc, (UnknownSagaType, UnknownSagaVersion)):
         return {"known": exc.known}
     if isinstance(exc, UnknownSignal):

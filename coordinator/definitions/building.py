@@ -20,6 +20,7 @@ from coordinator.definitions import format as fmt
 from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import Expression, Returns, compile_expression
 from coordinator.definitions.schemas import JsonSchema, model_from_schema
+from coordinator.definitions.updates import build_updates
 from coordinator.language import nodes as flow
 from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.steps import DefinitionError, SagaStep, TccStep
@@ -211,12 +212,13 @@ def build_saga_class(definition: fmt.Definition, source: str = "definition") -> 
         expression = b.expr(text, "any", f"queries.{qname}")
         if expression is not None:
             queries[qname] = QueryExpression(expression)
+    updates = build_updates(definition.updates, b.model, b.problems, cls_name)
     if b.problems:
         raise InvalidDefinition(b.problems, source)
     namespace: dict[str, Any] = {
         "name": definition.name, "version": definition.version, "input_model": input_model,
         "steps": steps, "description": definition.description, "queries": queries,
-        "__doc__": definition.description or None, "__module__": __name__,
+        "updates": updates, "__doc__": definition.description or None, "__module__": __name__,
         "__qualname__": cls_name, "definition": definition,
         **_set(timeout=definition.timeout), "on_timeout": definition.on_timeout}
     try:

@@ -159,7 +159,7 @@ class Expression:
 
     def __call__(self, ctx: StepContext[Any]) -> Any:
         data = {"input": _plain(ctx.input), "results": _Results(ctx.results),
-                "item": ctx.item, "index": ctx.index,
+                "item": ctx.item, "index": ctx.index, "updates": dict(ctx.updates),
                 "caught": dict(ctx.caught) if ctx.caught is not None else None}
         return self.evaluate(data)
 

@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from coordinator.definitions.expressions import compile_expression
 from coordinator.definitions.schemas import JsonSchema
+from coordinator.definitions.update_format import UpdateDef
 from coordinator.language.calendars import BusinessCalendar
 from coordinator.language.flow_nodes import ITERATIONS_CEILING
 from coordinator.language.policies import RetryPolicy
@@ -259,6 +260,8 @@ class Definition(_Strict):
     #: How long the saga may run forward, from its start; then it rolls back or goes dead.
     timeout: timedelta | None = None
     on_timeout: Literal["rollback", "dead"] = "rollback"
+    #: Updates: name -> payload schema, require/reason checks, result expression, signal.
+    updates: dict[Name, UpdateDef] = Field(default_factory=dict, max_length=100)
     steps: Branch
 
 

@@ -24,6 +24,7 @@ from coordinator.engine.events import (
     SignalReceived,
     TaskActed,
     TimerFired,
+    UpdateApplied,
 )
 from coordinator.engine.migrate import plan_migration
 from coordinator.engine.nested import answer_parent, on_parent_request
@@ -34,6 +35,7 @@ from coordinator.engine.signals import on_signal
 from coordinator.engine.starting import schedule_start
 from coordinator.engine.state import PatchChoice, SagaState, Status, StepState, trusted
 from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledSaga, GroupKind
+from coordinator.engine.updates import on_update
 from coordinator.engine.work import Work, message_id, timer_id
 
 __all__ = ["advance", "message_id", "recorded_patches", "replay", "replay_from", "timer_id"]
@@ -82,6 +84,8 @@ def advance(
         ignored = on_parent_request(work, event)
     elif isinstance(event, SignalReceived):
         ignored = on_signal(work, event) if not state.status.is_terminal else "saga finished"
+    elif isinstance(event, UpdateApplied):
+        ignored = on_update(work, event) if not state.status.is_terminal else "saga finished"
     elif isinstance(event, TaskActed):
         on_task(work, event)
         drive(work)

@@ -29,6 +29,7 @@ __all__ = [
     "TaskAction",
     "TimerFired",
     "TimerKind",
+    "UpdateApplied",
     "event_from_json",
 ]
 
@@ -169,6 +170,18 @@ class SignalReceived(_EventBase):
     sender: str = ""
 
 
+class UpdateApplied(_EventBase):
+    """Something outside sent the saga an update its validator accepted (``language.updates``);
+    rejected updates are never events. Replay runs the update's ``apply`` again."""
+
+    type: Literal["update_applied"] = "update_applied"
+    update_id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=100)
+    #: Already validated against the update's model.
+    payload: dict[str, Any] = Field(default_factory=dict)
+    sender: str = ""
+
+
 class TaskAction(StrEnum):
     """What a person can do to a human task."""
 
@@ -215,7 +228,7 @@ class Migrated(_EventBase):
 
 Event = Annotated[
     SagaStarted | ReplyReceived | TimerFired | OperatorRepair | ParentRequest | SignalReceived
-    | Migrated | TaskActed,
+    | Migrated | TaskActed | UpdateApplied,
     Field(discriminator="type"),
 ]
 

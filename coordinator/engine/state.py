@@ -19,6 +19,7 @@ from participant_sdk.protocol import Phase
 
 __all__ = [
     "STATE_FORMAT_VERSION",
+    "AppliedUpdate",
     "ErrorRecord",
     "KeptSignal",
     "Outstanding",
@@ -178,6 +179,20 @@ class KeptSignal(BaseModel):
     received_at: datetime
 
 
+class AppliedUpdate(BaseModel):
+    """The latest accepted update of one name (``language.updates``): what ``ctx.updates``
+    reads. Every accepted update is in the history and in ``saga_updates`` (migration 0016)."""
+
+    model_config = _FROZEN
+
+    update_id: str
+    payload: dict[str, Any]
+    result: dict[str, Any]
+    applied_at: datetime
+    #: How many updates of this name were accepted so far.
+    count: int = 1
+
+
 class StepState(BaseModel):
     """One node of the saga: a step (later also a group, a wait, a sleep or a child saga)."""
 
@@ -286,6 +301,8 @@ class SagaState(BaseModel):
     started_by: str | None = None
     #: Signals received that no wait has consumed yet, in arrival order.
     signals: list[KeptSignal] = Field(default_factory=list)
+    #: The latest accepted update of each name, by update name (see ``AppliedUpdate``).
+    updates: dict[str, AppliedUpdate] = Field(default_factory=dict)
     #: Version guards decided so far: change id -> ``"old"`` or ``"new"`` (see ``Patched``).
     patches: dict[str, PatchChoice] = Field(default_factory=dict)
     #: Timeouts armed now (``coordinator.engine.timeouts``): node key (``""``: the saga's

@@ -42,6 +42,7 @@ from coordinator.language.steps import (
     StepSpec,
     TccStep,
 )
+from coordinator.language.updates import Update, UpdateContext, UpdateRejected
 
 __all__ = [
     "CATCHABLE",
@@ -70,6 +71,9 @@ __all__ = [
     "StepContext",
     "StepSpec",
     "TccStep",
+    "Update",
+    "UpdateContext",
+    "UpdateRejected",
     "WaitForSignal",
     "validate_saga_class",
 ]

@@ -70,6 +70,7 @@ from coordinator.language.steps import (
 )
 from coordinator.language.tasks import HumanTask, task_problems
 from coordinator.language.timeouts import node_timeout_problems, saga_timeout_problems
+from coordinator.language.updates import Update, update_problems
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -117,6 +118,8 @@ class Saga:
     #: Read-only queries by name: functions of a ``coordinator.sagas.queries.QueryContext``
     #: returning a pydantic model (served at ``GET /sagas/{id}/queries/{name}``).
     queries: ClassVar[Mapping[str, Callable[[Any], BaseModel]]] = {}
+    #: Updates it takes: signals with a validator and an answer (``language.updates``).
+    updates: ClassVar[cabc.Sequence[Update]] = ()
     #: Running sagas of older versions this version can take over: version -> how.
     migrate_from: ClassVar[Mapping[int, Migration]] = {}
     #: The id people know a saga by: an input field's name, or a
@@ -173,6 +176,7 @@ def validate_saga_class(
         value = getattr(cls, bound, None)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"{where}: `{bound}` must be an int >= 1, got {value!r}")
+    problems.extend(update_problems(where, getattr(cls, "updates", ()), steps))
     problems.extend(_migration_problems(where, cls))
     problems.extend(saga_timeout_problems(where, cls))
     problems.extend(business_key_problems(where, cls))

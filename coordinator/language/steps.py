@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -58,6 +58,8 @@ class StepContext(Generic[InputT]):
     now: datetime | None = None
     #: Inside a ``Catch``'s fallback: the failure it caught (``kind``, ``reason``, ``node``).
     caught: Mapping[str, Any] | None = None
+    #: The result of the latest accepted update of each name (``language.updates``).
+    updates: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: Builds a command payload from the context. Must be deterministic: it runs again on replay.

@@ -29,6 +29,15 @@ from coordinator.store.records import (
     VerifyResult,
 )
 from coordinator.store.store import SagaStore
+from coordinator.store.update_errors import (
+    InvalidUpdatePayload,
+    UnknownUpdate,
+    UpdateBroken,
+    UpdateIdConflict,
+    UpdateNotFound,
+    UpdateTimedOut,
+)
+from coordinator.store.updates import UpdateAnswer
 
 __all__ = [
     "ApplyOutcome",
@@ -37,6 +46,7 @@ __all__ = [
     "HistoryRecord",
     "InvalidInput",
     "InvalidSignalPayload",
+    "InvalidUpdatePayload",
     "PendingEvent",
     "PendingSignal",
     "SagaConflict",
@@ -55,5 +65,11 @@ __all__ = [
     "UnknownSagaType",
     "UnknownSagaVersion",
     "UnknownSignal",
+    "UnknownUpdate",
+    "UpdateAnswer",
+    "UpdateBroken",
+    "UpdateIdConflict",
+    "UpdateNotFound",
+    "UpdateTimedOut",
     "VerifyResult",
 ]

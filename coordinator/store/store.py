@@ -27,12 +27,15 @@ from coordinator.store._tasks import TasksMixin
 from coordinator.store._timers import TimersMixin
 from coordinator.store._timers import _Timer as _Timer
 from coordinator.store._transactions import CONNECTION_ERRORS as CONNECTION_ERRORS
+from coordinator.store._updating import UpdatesMixin
 
 __all__ = ["RegistryLike", "SagaStore"]
 
 
-class SagaStore(LifecycleMixin, SignalsMixin, TimersMixin, TasksMixin, ReadsMixin):
+class SagaStore(LifecycleMixin, SignalsMixin, UpdatesMixin, TimersMixin, TasksMixin,
+                ReadsMixin):
     """Saga state in Postgres. Build it on a pool, or let :meth:`open` own one.
 
     Its parts: ``_lifecycle`` (pool, listeners), ``_transactions`` (retry, write, after
-    commit), ``_starts``, ``_signalling``, ``_apply``, ``_timers``, ``_tasks`` and ``_reads``."""
+    commit), ``_starts``, ``_signalling``, ``_updating``, ``_apply``, ``_timers``, ``_tasks``
+    and ``_reads``."""

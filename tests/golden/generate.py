@@ -27,6 +27,7 @@ from coordinator.engine.events import (
     ParentRequest,
     RepairVerb,
     TimerKind,
+    UpdateApplied,
 )
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import STATE_FORMAT_VERSION
@@ -230,6 +231,9 @@ def documents() -> dict[str, Any]:
     request = ParentRequest(parent_id=uuid.UUID(int=7), step="pay", phase=Phase.CONFIRM,
                             attempt=1, message_id=uuid.UUID(int=8), reason="parent succeeded")
     kinds["parent_request"] = request.to_json()
+    kinds["update_applied"] = UpdateApplied(
+        update_id="addr-1", name="change_address", payload={"address": "2 New Street"},
+        sender="api:ops").to_json()
     for kind, event in sorted(kinds.items()):
         docs[f"stored/event-{kind}.json"] = event
     # A delivery: a timers row holding an event for another saga (here a parent's request).

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import asyncpg
 import httpx
 
-from coordinator.client import SagaApiError, SagaClient
+from coordinator.client import SagaApiError, SagaClient, UpdateRejected
 from coordinator.engine import InvalidTransition
 from coordinator.language.saga import Saga
 from coordinator.sagas.queries import QueryFailed, UnknownQuery
@@ -47,6 +47,9 @@ class Driver(Protocol):
                                 ) -> tuple[bool, bool]:
         """(started, duplicate)."""
     async def query(self, saga_id: uuid.UUID, name: str) -> dict[str, Any]: ...
+    async def update(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any], *,
+                     update_id: str) -> tuple[str, Any]:
+        """(``accepted``, the result) or (``rejected``, the reason)."""
     async def repair(self, saga_id: uuid.UUID, verb: str, reason: str,
                      **options: Any) -> str:
         """The saga's status after the repair."""
@@ -99,6 +102,14 @@ class KitDriver:
             raise _refused(exc) from exc
         self.runs[saga_id] = run
         return sent.started, sent.duplicate
+
+    async def update(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any], *,
+                     update_id: str) -> tuple[str, Any]:
+        try:
+            answer = await self.runs[saga_id].update(name, payload, update_id=update_id)
+        except StoreError as exc:
+            raise _refused(exc) from exc
+        return answer.outcome, answer.result if answer.accepted else answer.reason
 
     async def query(self, saga_id: uuid.UUID, name: str) -> dict[str, Any]:
         try:
@@ -162,6 +173,15 @@ class ApiDriver:
         sent = await self._call(self.client.signal_with_start(saga, saga_id, {}, name, payload,
                                                               signal_id=signal_id))
         return bool(sent["started"]), bool(sent["duplicate"])
+
+    async def update(self, saga_id: uuid.UUID, name: str, payload: dict[str, Any], *,
+                     update_id: str) -> tuple[str, Any]:
+        try:
+            result = await self._call(self.client.update(saga_id, name, payload,
+                                                         update_id=update_id))
+        except UpdateRejected as exc:
+            return "rejected", exc.reason
+        return "accepted", result
 
     async def query(self, saga_id: uuid.UUID, name: str) -> dict[str, Any]:
         answer: dict[str, Any] = await self._call(self.client.query(saga_id, name))

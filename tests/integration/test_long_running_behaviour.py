@@ -2,7 +2,8 @@
 (``coordinator.testing``) and through the operator API on the real stack (worker, relay,
 Kafka, SDK participants with their barrier in Postgres), so the two cannot drift apart:
 signals (kept, applied once per id, refused as the API refuses them), queries, timers and
-operator repairs. Each case checks the status and the participants' own effects ledger."""
+operator repairs, updates (answered, rejected, refused alike). Each case checks the status
+and the participants' own effects ledger."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from coordinator.api import ApiSettings, TokenAuth, create_app
+from coordinator.language import Update
 from coordinator.language.nodes import Choice, Sleep, WaitForSignal
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep
 from participant_sdk import (
@@ -98,8 +100,25 @@ class GoesDead(Saga):
              SagaStep("refuse", "desk", "refuse", compensable=False))
 
 
+class UpdatedWait(Saga):
+    """Waits for ``confirmed``; the ``confirm`` update delivers it, after its validator."""
+
+    name = "updated_wait"
+    input_model = Empty
+    steps = (_book("open"),
+             WaitForSignal("confirm", "confirmed", payload=Confirm, timeout=timedelta(seconds=30)),
+             _book("close"))
+    updates = (
+        Update("confirm", model=Confirm, signal="confirmed",
+               validate=lambda ctx, u: u.by != "mallory" or f"{u.by} may not confirm",
+               apply=lambda ctx, u: {"by": u.by}),
+        Update("note", apply=lambda ctx, u: {"notes": (ctx.updates.get("note") or {}).get(
+            "notes", 0) + 1}),
+    )
+
+
 SAGAS: list[type[Saga]] = [SleepThenSignal, TimeoutGoesOn, TimeoutRollsBack, TwoConfirms,
-                           GoesDead]
+                           GoesDead, UpdatedWait]
 
 
 async def _effect(ctx: HandlerContext, kind: str) -> None:
@@ -287,3 +306,44 @@ async def test_signal_with_start_starts_once_and_delivers_once(driver: Driver) -
     assert await driver.finish(saga_id) == "completed"
     assert (await driver.results(saga_id))["confirm"] == {"by": "ada"}
     assert await driver.effects(saga_id) == [("open", "booked"), ("close", "booked")]
+
+
+async def test_an_update_answers_with_its_result_and_wakes_the_wait(driver: Driver) -> None:
+    saga_id = await driver.start(UpdatedWait)
+    await driver.reach(saga_id, "confirm", "waiting")
+    assert await driver.update(saga_id, "note", {}, update_id="n-1") == (
+        "accepted", {"notes": 1})
+    assert await driver.update(saga_id, "note", {}, update_id="n-2") == (
+        "accepted", {"notes": 2})
+    assert await driver.update(saga_id, "confirm", {"by": "ada"}, update_id="c-1") == (
+        "accepted", {"by": "ada"})
+    assert await driver.finish(saga_id) == "completed"
+    assert (await driver.results(saga_id))["confirm"] == {"by": "ada"}
+    assert await driver.effects(saga_id) == [("open", "booked"), ("close", "booked")]
+
+
+async def test_updates_are_rejected_and_refused_as_the_api_does(driver: Driver) -> None:
+    saga_id = await driver.start(UpdatedWait)
+    await driver.reach(saga_id, "confirm", "waiting")
+    with pytest.raises(Refused) as nosuch:
+        await driver.update(saga_id, "refund", {}, update_id="r-1")
+    assert nosuch.value.code == "unknown_update"
+    with pytest.raises(Refused) as bad:
+        await driver.update(saga_id, "confirm", {"by": 7}, update_id="c-0")
+    assert bad.value.code == "invalid_update_payload"
+    no = ("rejected", "mallory may not confirm")
+    assert await driver.update(saga_id, "confirm", {"by": "mallory"}, update_id="c-1") == no
+    # The same id: the stored answer, whatever the payload (a new id to try again).
+    assert await driver.update(saga_id, "confirm", {"by": "ada"}, update_id="c-1") == no
+    await driver.reach(saga_id, "confirm", "waiting")  # a rejection woke nothing
+    with pytest.raises(Refused) as reused:
+        await driver.update(saga_id, "note", {}, update_id="c-1")
+    assert reused.value.code == "update_id_conflict"
+    assert await driver.update(saga_id, "confirm", {"by": "ada"}, update_id="c-2") == (
+        "accepted", {"by": "ada"})
+    assert await driver.finish(saga_id) == "completed"
+    with pytest.raises(Refused) as late:
+        await driver.update(saga_id, "note", {}, update_id="n-9")
+    assert late.value.code == "saga_finished"
+    assert await driver.update(saga_id, "confirm", {"by": "ada"}, update_id="c-2") == (
+        "accepted", {"by": "ada"})  # a late resend: the same answer

@@ -25,6 +25,8 @@ def test_public_surface_is_pinned() -> None:
         "StoreError", "TimerRecord", "TransientStoreError", "UnknownSagaType",
         "UnknownSagaVersion", "VerifyResult", "InvalidSignalPayload", "SagaFinished",
         "SignalResult", "TooManySignals", "UnknownSignal", "BusinessKeyConflict",
+        "InvalidUpdatePayload", "UnknownUpdate", "UpdateAnswer", "UpdateBroken",
+        "UpdateIdConflict", "UpdateNotFound", "UpdateTimedOut",
     }
     assert set(worker_pkg.__all__) == {
         "SagaImportError", "Worker", "WorkerStateError", "build_registry", "import_saga",

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from coordinator.cli.ops import definitions, schedules, tasks
+from coordinator.cli.ops import definitions, schedules, tasks, updates
 from coordinator.cli.ops.http import CliError, find_saga
 from coordinator.cli.ops.http import call as _call
 from coordinator.cli.ops.render import (
@@ -259,6 +259,8 @@ def _render(args: argparse.Namespace, data: Any, out: TextIO) -> None:
                   f"{what}{started}\n")
     elif command == "query":
         out.write(json.dumps(data["result"], indent=2) + "\n")
+    elif command == "update":
+        updates.render_update(data, out)
     elif command == "history":
         out.write(render_history(data))
     elif command == "diagram":
@@ -408,6 +410,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="signal-with-start: start a saga of TYPE with this id if absent")
     p.add_argument("--input", dest="start_input", type=_json_arg, default={},
                    help="with --start: the saga's input (JSON object)")
+    updates.add_update_command(add("update", updates.update_handler(_call, find_saga, CliError),
+                                   "send a saga an update and wait for its answer"),
+                               _json_arg, _SAGA_ARG)
     p = add("query", cmd_query, "answer a query declared on the saga's class")
     p.add_argument("saga_id", help=_SAGA_ARG)
     p.add_argument("name", help="the query's name")

@@ -345,4 +345,5 @@ def context(w: Work, scope: Scope) -> StepContext[Any]:
         index=scope.index,
         now=w.now,
         caught=caught_for(w, scope.parent),
+        updates={name: dict(u.result) for name, u in state.updates.items()},
     )
