@@ -11,8 +11,8 @@ Compared on the models' JSON schemas, field by field and into nested models:
 A changed constraint is flagged even when it loosens: the check errs on the side of a person
 looking. Each signal's payload model is compared the same way (clients send it); each
 query's result model the other way round (clients read it: a field no longer required
-breaks them, a new one does not). A removed signal or query breaks clients; a new one does
-not. Exit code: 0 compatible, 1 breaking,
+breaks them, a new one does not), and each update's payload model like a signal's. A removed
+signal, query or update breaks clients; a new one does not. Exit code: 0 compatible, 1 breaking,
 2 a reference that does not import.
 """
 
@@ -31,7 +31,7 @@ from coordinator.language.nodes import WaitForSignal, branch_nodes, child_branch
 from participant_sdk.version import version_line
 
 __all__ = ["Change", "compare_models", "compare_sagas", "main_compat", "query_models",
-           "signal_models"]
+           "signal_models", "update_models"]
 
 #: Schema keys that document a field without changing what it accepts.
 _DOC_KEYS: Final = frozenset({"title", "description", "examples", "default", "deprecated"})
@@ -109,11 +109,12 @@ def compare_models(old: type[BaseModel], new: type[BaseModel], *, name: str = "i
 
 
 def compare_sagas(old: type[Any], new: type[Any]) -> list[Change]:
-    """Everything a client of ``old`` speaks: the input model, each signal's payload model
-    (sent, like the input) and each query's result model (read)."""
+    """Everything a client of ``old`` speaks: the input model, each signal's and update's
+    payload model (sent, like the input) and each query's result model (read)."""
     changes = compare_models(old.input_model, new.input_model, name="input")
     changes += _compare_named("signal", signal_models(old), signal_models(new), read=False)
     changes += _compare_named("query", query_models(old), query_models(new), read=True)
+    changes += _compare_named("update", update_models(old), update_models(new), read=False)
     return changes
 
 
@@ -147,6 +148,11 @@ def signal_models(saga: type[Any]) -> dict[str, type[BaseModel] | None]:
 
     walk(tuple(saga.steps))
     return found
+
+
+def update_models(saga: type[Any]) -> dict[str, type[BaseModel] | None]:
+    """Update name -> its payload model (None: any object)."""
+    return {update.name: update.model for update in getattr(saga, "updates", ())}
 
 
 def query_models(saga: type[Any]) -> dict[str, type[BaseModel] | None]:

@@ -9,9 +9,9 @@ import hmac
 import json
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import jwt
