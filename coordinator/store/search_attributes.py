@@ -21,7 +21,7 @@ from coordinator.sagas.search import has_attributes, search_values
 from coordinator.store._writes import Change
 from coordinator.store.errors import StoreError
 
-__all__ = ["attributes_of", "search_changes", "write_search_attributes"]
+__all__ = ["attributes_of", "search_changes", "write_search_attributes", "write_values"]
 
 _DELETE: Final = "DELETE FROM saga_search_attributes WHERE saga_id = ANY($1::uuid[])"
 _INSERT: Final = """
@@ -78,10 +78,19 @@ async def write_search_attributes(conn: asyncpg.Connection, changes: Sequence[Ch
     if not moved:
         return
     states = {c.saga.saga_id: c.decision.state for c in changes}
+    await write_values(conn, {
+        saga_id: (_kinds(definition, states[saga_id].saga_type, states[saga_id].version),
+                  values)
+        for saga_id, values in moved.items()})
+
+
+async def write_values(conn: asyncpg.Connection,
+                       sagas: Mapping[UUID, tuple[Mapping[str, Kind], Mapping[str, Any]]]
+                       ) -> None:
+    """Replace the stored values of each saga by ``values`` (of the ``kinds`` given):
+    saga id -> (kinds, values)."""
     columns: list[list[Any]] = [[] for _ in range(8)]
-    for saga_id, values in moved.items():
-        state = states[saga_id]
-        kinds = _kinds(definition, state.saga_type, state.version)
+    for saga_id, (kinds, values) in sagas.items():
         for name, value in values.items():
             kind = kinds[name]
             items = value if kind == "keywords" else [value]
@@ -89,7 +98,7 @@ async def write_search_attributes(conn: asyncpg.Connection, changes: Sequence[Ch
                 for column, cell in zip(columns, (saga_id, name, position, kind,
                                                   *_cells(kind, item)), strict=True):
                     column.append(cell)
-    await conn.execute(_DELETE, list(moved))
+    await conn.execute(_DELETE, list(sagas))
     if columns[0]:
         await conn.execute(_INSERT, *columns)
 
