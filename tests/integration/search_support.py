@@ -36,3 +36,19 @@ class Shop(Saga):
         SearchAttribute("placed_at", datetime, lambda ctx: ctx.input.placed_at),
         SearchAttribute("carrier", str, lambda ctx: ctx.results["ship"]["carrier"]),
     )
+
+
+class ReturnInput(BaseModel):
+    customer_id: str
+
+
+class Return(Saga):
+    """Another type sharing the ``customer_id`` attribute: one filter finds both."""
+
+    name = "shop_return"
+    input_model = ReturnInput
+    steps = (TccStep("refund", "payments", "refund"),)
+    search = (SearchAttribute("customer_id", str, lambda ctx: ctx.input.customer_id),)
+
+
+SAGAS = [Shop, Return]

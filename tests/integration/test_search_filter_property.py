@@ -151,7 +151,7 @@ async def _matching(connection: asyncpg.Connection, text: str) -> set[UUID]:
     compiled = filter_sql(check_filter(parse_filter(text), ATTRS))
     sql = compiled.sql.format(*[f"${i + 1}" for i in range(len(compiled.args))])
     return {r["id"] for r in await connection.fetch(
-        f"SELECT id FROM sagas WHERE {sql}", *compiled.args)}  # noqa: S608 - compiled
+        f"SELECT id FROM sagas WHERE {sql}", *compiled.args)}
 
 
 @settings(max_examples=300, deadline=None,
