@@ -20,6 +20,7 @@ from coordinator.definitions import format as fmt
 from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import expression_of
 from coordinator.definitions.schemas import schema_from_model
+from coordinator.definitions.search import export_search
 from coordinator.language import nodes as flow
 from coordinator.language.policies import DEFAULT_DEADLINE, DEFAULT_RETRY, DEFAULT_ROLLBACK_RETRY
 from coordinator.language.steps import SagaStep, TccStep, resolve_policy
@@ -157,10 +158,12 @@ def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.
     input_schema = ex.schema(cls.input_model, "input")
     steps = ex.branch(tuple(cls.steps))
     queries = {q: ex.expr(fn, f"queries.{q}") for q, fn in (cls.queries or {}).items()}
+    search = export_search(cls, ex.problems, ex.expressions)
     if ex.problems:
         raise InvalidDefinition(ex.problems, f"export of {cls.__qualname__}")
     return fmt.Definition(name=cls.name, version=cls.version, input=input_schema, steps=steps,
-                          **_given(description=cls.description or None, queries=queries or None))
+                          **_given(description=cls.description or None, queries=queries or None,
+                                   search=search or None))
 
 
 def plain_definition(definition: fmt.Definition) -> dict[str, Any]:

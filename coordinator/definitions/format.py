@@ -198,6 +198,17 @@ class TaskDef(_Strict):
     chain: Name | None = None
 
 
+class SearchAttributeDef(_Strict):
+    """A search attribute: a typed value computed from ``{"input", "results"}``, stored and
+    indexed to filter sagas by (``GET /sagas?q=customer_id = 'c-42'``); ``null`` leaves it
+    unset. ``keywords``: a list of texts (a filter's ``=`` means "contains")."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")]
+    type: Literal["str", "int", "float", "bool", "datetime", "keywords"]
+    expr: Expression
+    description: Text = ""
+
+
 Node = Annotated[
     TccStepDef | SagaStepDef | SequenceDef | ParallelDef | RaceDef | ForEachDef | ChoiceDef
     | PatchedDef | ChildDef | SleepDef | SleepUntilDef | WaitDef | TaskDef,
@@ -218,6 +229,8 @@ class Definition(_Strict):
     input: JsonSchema
     #: Read-only queries: name -> an expression over ``{"status", "input", "results"}``.
     queries: dict[Name, Expression] = Field(default_factory=dict, max_length=100)
+    #: Search attributes: typed, indexed values to filter sagas by.
+    search: list[SearchAttributeDef] = Field(default_factory=list, max_length=50)
     steps: Branch
 
 
