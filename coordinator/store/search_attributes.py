@@ -48,6 +48,9 @@ def search_changes(changes: Sequence[Change], definition: Definitions
     out: dict[UUID, dict[str, Any]] = {}
     for saga_id, change in last.items():
         new, base = change.decision.state, change.saga.base
+        if not (_declares(definition, new)
+                or (base is not None and _declares(definition, base))):
+            continue  # most saga types declare none: no results compared
         if base is not None and base.version == new.version and base.results() == new.results():
             continue  # the values are a function of the input (never changes) and results
         now = _values(definition, new)
@@ -55,6 +58,13 @@ def search_changes(changes: Sequence[Change], definition: Definitions
         if now != before:
             out[saga_id] = now
     return out
+
+
+def _declares(definition: Definitions, state: SagaState) -> bool:
+    try:
+        return has_attributes(definition(state.saga_type, state.version))
+    except StoreError:
+        return False
 
 
 def _values(definition: Definitions, state: SagaState) -> dict[str, Any]:
