@@ -27,6 +27,7 @@ from coordinator.api.models import (
 )
 from coordinator.api.queries import Page, children_of, list_sagas, matching_ids
 from coordinator.api.routes_definitions import uploaded_definitions
+from coordinator.api.search import declared_fields
 from coordinator.engine import Status
 from coordinator.observability.stuck import node_name
 from coordinator.store import SagaRecord
@@ -139,7 +140,7 @@ async def sagas(
     rows = [summary(r, r.saga_id in stuck_ids) for r in found.items]
     return page(request, "sagas.html", me=me, rows=rows, next_cursor=found.next_cursor,
                 params=params, f=f, q=q, sort=sort, searched=searched, where=where,
-                where_error=where_error,
+                where_error=where_error, fields=declared_fields(ctx.registry.types()),
                 types=sorted({c.name for c in ctx.registry.types()}),
                 statuses=[s.value for s in Status], sorts=[s.value for s in SagaSort])
 

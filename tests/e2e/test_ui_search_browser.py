@@ -4,6 +4,7 @@ a bad one points at its column, and a saga's page shows its attributes (issue 37
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -53,6 +54,8 @@ def test_a_viewer_filters_sagas_by_their_attributes(
     from selenium.webdriver.common.by import By
 
     _, big, small = seeded
+    shots = Path(os.environ.get("SAGAFLOW_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
     with chromium(tmp_path / "profile") as driver:
         sign_in(driver, base, "/ui/sagas", VIEWER)
         box = driver.find_element(By.ID, "where")
@@ -60,6 +63,7 @@ def test_a_viewer_filters_sagas_by_their_attributes(
         click_through(driver, driver.find_element(By.ID, "apply-filter"))
         table = driver.find_element(By.ID, "saga-table").text
         assert str(big)[:8] in table and str(small)[:8] not in table
+        driver.save_screenshot(str(shots / "sagas-where.png"))
         query = parse_qs(urlparse(driver.current_url).query)
         assert query["where"] == ["customer_id = 'c-42' and amount > 1000"]
         # The box keeps the filter (a reload of the URL shows the same list).
@@ -73,6 +77,8 @@ def test_a_viewer_filters_sagas_by_their_attributes(
         error = driver.find_element(By.ID, "where-error").text
         assert "column 10: 'amount' holds numbers" in error and error.rstrip().endswith("^")
         assert str(big)[:8] not in driver.find_element(By.ID, "saga-table").text
+        driver.save_screenshot(str(shots / "sagas-where-error.png"))
         driver.get(f"{base}/ui/sagas/{big}")
         card = driver.find_element(By.ID, "search-attributes").text
         assert "customer_id c-42" in card and "amount 1500" in card
+        driver.save_screenshot(str(shots / "saga-search-attributes.png"))

@@ -134,6 +134,8 @@ async def test_the_console_where_box_filters_keeps_the_query_and_points_at_error
         assert bad.status_code == 200 and 'id="where-error"' in bad.text
         assert "column 10: &#39;amount&#39; holds numbers" in bad.text
         assert a not in bad.text and b not in bad.text
+        assert "the filter above is not valid" in bad.text
+        assert "amount: int" in page.text  # the box's hint names the declared fields
         detail = await client.get(f"/ui/sagas/{a}")
         assert 'id="search-attributes"' in detail.text and "c-42" in detail.text
 
