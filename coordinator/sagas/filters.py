@@ -177,7 +177,7 @@ def _shown(token: _Token) -> str:
     if token.kind == "end":
         return "the end of the filter"
     if token.kind == "text":
-        return f"the text {token.value!r}"
+        return f"text {token.value!r}"
     return repr(str(token.value))
 
 

@@ -164,3 +164,16 @@ async def test_the_cli_lists_sagas_matching_a_filter(fresh_db: str) -> None:
         finally:
             if env_token is not None:
                 os.environ["SAGAFLOW_API_TOKEN"] = env_token
+
+
+async def test_text_that_looks_like_sql_is_only_ever_a_value(store: SagaStore) -> None:
+    async with app_client(store) as client:
+        sly = await _shop(client, "o-1", "x' OR '1'='1", 1)
+        other = await _shop(client, "o-2", "c-1", 1)
+        assert await _ids(client, q=r"customer_id = 'x\' OR \'1\'=\'1'") == [sly]
+        doubled = await client.get("/sagas", params={
+            "q": "customer_id = '''; DROP TABLE sagas; --'"}, headers=bearer(VIEWER))
+        assert doubled.status_code == 400  # '' is no escape: the rest is a syntax error
+        assert "unexpected text '; DROP TABLE sagas; --'" in doubled.json()["error"]["message"]
+        assert await _ids(client, q="customer_id = \"'; DROP TABLE sagas; --\"") == []
+        assert set(await _ids(client, q="amount = 1")) == {sly, other}  # the table is there
