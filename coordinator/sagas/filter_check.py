@@ -7,8 +7,9 @@ Python; the tests hold the two to it, and the test kit filters with it.
 
 Semantics: a comparison needs a value, so it is false on a saga that has none for the field
 (an attribute not set, a saga without a business key), whatever the operator; ``not`` turns
-that into true. On a keyword list ``=`` means "contains", ``!=`` "does not contain", ``in``
-"contains one of", ``not in`` "contains none of"; lists are not ordered.
+that into true, and ``is null`` / ``is not null`` ask for it. On a keyword list ``=`` means
+"contains", ``!=`` "does not contain", ``in`` "contains one of", ``not in`` "contains none
+of"; lists are not ordered.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Final
 
 from coordinator.engine import Status
 from coordinator.language.search_attributes import BUILTIN_FIELDS, Kind
-from coordinator.sagas.filters import And, Compare, FilterError, InList, Node, Not, Or
+from coordinator.sagas.filters import And, Compare, FilterError, InList, IsNull, Node, Not, Or
 from coordinator.sagas.search import Catalogue
 
 __all__ = ["Checked", "CheckedCompare", "check_filter", "evaluate"]
@@ -32,8 +33,8 @@ _ORDERED: Final = frozenset({"str", "int", "float", "datetime"})
 
 @dataclass(frozen=True)
 class CheckedCompare:
-    """One comparison, type-checked: ``op`` is one of ``= != < <= > >=`` or ``in`` /
-    ``not in`` (``value`` then a tuple)."""
+    """One comparison, type-checked: ``op`` is one of ``= != < <= > >=``, ``in`` /
+    ``not in`` (``value`` then a tuple) or ``is null`` / ``is not null``."""
 
     field: str
     kind: Kind
@@ -70,6 +71,9 @@ def check_filter(node: Node, attributes: Catalogue) -> Checked:
     if isinstance(node, Not):
         return CheckedNot(check_filter(node.part, attributes))
     field, kind, builtin = _field(node.field, node.pos, attributes)
+    if isinstance(node, IsNull):
+        return CheckedCompare(field, kind, builtin, "is not null" if node.negated else "is null",
+                              None)
     if isinstance(node, InList):
         values = tuple(_value(field, kind, v, p) for v, p in zip(node.values, node.value_pos,
                                                                   strict=True))
@@ -150,6 +154,8 @@ def evaluate(node: Checked, row: Mapping[str, Any]) -> bool:
     if isinstance(node, CheckedNot):
         return not evaluate(node.part, row)
     have = row.get(node.field)
+    if node.op in ("is null", "is not null"):
+        return (have is None) == (node.op == "is null")
     if have is None:
         return False
     if node.kind == "keywords":

@@ -12,6 +12,7 @@ Grammar (words are case-insensitive)::
     and        := unary ("and" unary)*
     unary      := "not" unary | "(" or ")" | comparison
     comparison := NAME OP literal | NAME ["not"] "in" "(" literal ("," literal)* ")"
+                | NAME "is" ["not"] "null"
     OP         := "=" | "!=" | "<>" | "<" | "<=" | ">" | ">="
     literal    := 'text' | "text" | number | true | false
 
@@ -33,6 +34,7 @@ __all__ = [
     "Compare",
     "FilterError",
     "InList",
+    "IsNull",
     "Node",
     "Not",
     "Or",
@@ -47,7 +49,7 @@ MAX_IN_VALUES: Final = 100
 MAX_NESTING: Final = 20
 #: Comparison operators (``<>`` is read as ``!=``).
 OPERATORS: Final = ("=", "!=", "<", "<=", ">", ">=")
-_WORDS: Final = frozenset({"and", "or", "not", "in", "true", "false"})
+_WORDS: Final = frozenset({"and", "or", "not", "in", "true", "false", "is", "null"})
 
 
 class FilterError(ValueError):
@@ -80,6 +82,15 @@ class InList:
 
 
 @dataclass(frozen=True)
+class IsNull:
+    """``field is null`` (no value), or with ``negated`` ``field is not null``."""
+
+    field: str
+    negated: bool
+    pos: int
+
+
+@dataclass(frozen=True)
 class And:
     parts: tuple[Node, ...]
 
@@ -94,7 +105,7 @@ class Not:
     part: Node
 
 
-Node = Compare | InList | And | Or | Not
+Node = Compare | InList | IsNull | And | Or | Not
 
 
 @dataclass(frozen=True)
@@ -240,13 +251,24 @@ class _Parser:
         return self.comparison()
 
     def comparison(self) -> Node:
-        if self.token.kind == "word" and self.token.value in ("true", "false", "in"):
+        if self.token.kind == "word" and self.token.value in ("true", "false", "in", "is",
+                                                               "null"):
             raise FilterError(f"expected a field name, found {_shown(self.token)}",
                               self.token.pos)
         name = self.expect("name", "a field name (or 'not', or '(')")
         self.comparisons += 1
         if self.comparisons > MAX_COMPARISONS:
             raise FilterError(f"more than {MAX_COMPARISONS} comparisons", name.pos)
+        if self.is_word("is"):
+            self.take()
+            negated = self.is_word("not")
+            if negated:
+                self.take()
+            if not self.is_word("null"):
+                raise FilterError(f"expected 'null' or 'not null' after '{name.value} is', "
+                                  f"found {_shown(self.token)}", self.token.pos)
+            self.take()
+            return IsNull(name.value, negated, name.pos)
         negated = False
         if self.is_word("not"):
             self.take()

@@ -69,6 +69,8 @@ def _param(value: Any) -> Any:
 
 def _builtin(node: CheckedCompare, out: SqlFilter) -> str:
     column = _COLUMNS[node.field]
+    if node.op in ("is null", "is not null"):
+        return f"({column} {node.op.upper()})"
     pg = _BUILTIN_TYPES[node.kind]
     if node.kind == "int" and any(isinstance(v, float) for v in _listed(node)):
         pg = "numeric"
@@ -92,6 +94,9 @@ def _listed(node: CheckedCompare) -> tuple[Any, ...]:
 def _attribute(node: CheckedCompare, out: SqlFilter) -> str:
     column, pg = _STORED[node.kind]
     name = out.param(node.field)
+    if node.op in ("is null", "is not null"):
+        held = _EXISTS.format(name=name, cond="")
+        return held if node.op == "is not null" else f"NOT {held}"
     if node.kind == "keywords":
         # Contains (one of) the values; != and not in: has the list, and not those.
         values = [node.value] if node.op in ("=", "!=") else list(node.value)

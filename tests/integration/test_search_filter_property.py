@@ -99,8 +99,11 @@ def comparison(draw: st.DrawFn) -> str:
     name = draw(st.sampled_from(sorted(FIELDS)))
     kind, literal = FIELDS[name]
     ordered = kind in ("str", "int", "float", "datetime") and name != "status"
-    ops = ["=", "!=", "in", "not in"] + (["<", "<=", ">", ">="] if ordered else [])
+    ops = ["=", "!=", "in", "not in", "is null", "is not null"] + (
+        ["<", "<=", ">", ">="] if ordered else [])
     op = draw(st.sampled_from(ops))
+    if op.startswith("is"):
+        return f"{name} {op}"
     if op in ("in", "not in"):
         items = draw(st.lists(literal, min_size=1, max_size=3))
         return f"{name} {op} ({', '.join(_literal(kind, v) for v in items)})"

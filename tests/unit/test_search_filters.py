@@ -20,7 +20,16 @@ from coordinator.sagas.filter_check import (
     check_filter,
     evaluate,
 )
-from coordinator.sagas.filters import And, Compare, FilterError, InList, Not, Or, parse_filter
+from coordinator.sagas.filters import (
+    And,
+    Compare,
+    FilterError,
+    InList,
+    IsNull,
+    Not,
+    Or,
+    parse_filter,
+)
 from coordinator.sagas.search import catalogue
 from coordinator.store.search_sql import filter_sql
 
@@ -68,6 +77,8 @@ def test_literals_text_numbers_and_flags() -> None:
     assert [p.value for p in tree.parts if isinstance(p, Compare)] == [
         "it's", 'say "hi" \\', -150.0, True]
     assert parse_filter("x not in ('a')") == InList("x", ("a",), True, 0, (10,))
+    assert parse_filter("x IS NULL or y is not null") == Or((IsNull("x", False, 0),
+                                                            IsNull("y", True, 13)))
 
 
 @pytest.mark.parametrize(("text", "message", "column"), [
@@ -93,6 +104,9 @@ def test_literals_text_numbers_and_flags() -> None:
     ("a == 1", "expected a value (a quoted text, a number, true or false), found '='", 4),
     ("a = b", "found 'b' (a text value is quoted: 'b')", 5),
     ("a = ", "found the end of the filter", 5),
+    ("a is 1", "expected 'null' or 'not null' after 'a is', found '1'", 6),
+    ("a is not 'x'", "expected 'null' or 'not null' after 'a is', found text 'x'", 10),
+    ("null = 1", "expected a field name, found 'null'", 1),
     ("a" * 2001, "2001 characters long, more than 2000", 2001),
     ("  ", "the filter is empty", 1),
 ])
@@ -184,6 +198,9 @@ def test_sql_of_each_kind_uses_the_column_of_its_kind() -> None:
     assert "AND NOT EXISTS" in sql and "a.text_value = ANY({7}::text[])" in sql
     assert "sagas.business_key IS NOT NULL AND sagas.business_key = " in sql
     assert "sagas.saga_version = ANY(" in sql
+    held = filter_sql(_check("tags is null and business_key is not null")).sql
+    assert held.startswith("(NOT EXISTS (SELECT 1 FROM saga_search_attributes a WHERE ")
+    assert "(sagas.business_key IS NOT NULL)" in held
 
 
 def test_python_evaluation_follows_the_documented_semantics() -> None:
@@ -200,6 +217,8 @@ def test_python_evaluation_follows_the_documented_semantics() -> None:
     assert not ok("ratio = 0.5") and not ok("ratio != 0.5")  # unset: no comparison holds
     assert ok("not ratio = 0.5")
     assert not ok("business_key != 'k'") and ok("not business_key = 'k'")
+    assert ok("ratio is null and amount is not null and business_key is null")
+    assert not ok("ratio is not null") and not ok("tags is null")
     assert ok("status in ('running', 'dead') or vip = true")
     assert not ok("(status = 'dead' or vip = true) and amount > 0")
     assert isinstance(_check("a = 1 or b = 2".replace("a", "amount").replace("b", "ratio")),
