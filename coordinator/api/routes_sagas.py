@@ -38,13 +38,14 @@ from coordinator.api.models import (
 from coordinator.api.queries import children_of, id_range, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
 from coordinator.api.routes_results import saga_results
-from coordinator.api.search import compile_query, declared_fields
+from coordinator.api.search import InvalidFilter, compile_query, declared_fields
 from coordinator.engine import RepairVerb, Status
 from coordinator.sagas.diagram import mermaid
 from coordinator.store import SagaRecord, UnknownSagaType, UnknownSagaVersion
 from coordinator.store.definitions import register_uploaded
 from coordinator.store.records import StartResult
 from coordinator.store.search_attributes import attributes_of
+from coordinator.store.search_sql import SqlFilter
 
 __all__ = ["router"]
 
@@ -153,13 +154,25 @@ async def get_sagas(
     bounds = None if id_prefix is None else id_range(id_prefix)
     if id_prefix is not None and bounds is None:
         raise BadRequest("id_prefix: 1 to 32 hex digits", code="invalid_id_prefix")
-    search = None if q is None else compile_query(q, ctx.registry.types(), f.saga_type)
+    search = None if q is None else await _compiled(ctx, q, f.saga_type)
     async with ctx.store.pool.acquire() as conn:
         stuck = await ctx.stuck_ids(conn)
         page = await list_sagas(conn, f, now=now, stuck_ids=stuck, sort=sort,
                                 limit=limit, cursor=cursor, id_range=bounds, search=search)
     return SagaPageOut(items=[SagaSummary(**summary(r, r.saga_id in stuck)) for r in page.items],
                        next_cursor=page.next_cursor)
+
+
+async def _compiled(ctx: Context, q: str, saga_type: str | None) -> SqlFilter:
+    """Filter ``q`` over the registered types' attributes; a field unknown here may belong
+    to a definition uploaded through another API process since: register those, then try
+    again."""
+    try:
+        return compile_query(q, ctx.registry.types(), saga_type)
+    except InvalidFilter:
+        if not await register_uploaded(ctx.store.pool, ctx.registry):
+            raise
+        return compile_query(q, ctx.registry.types(), saga_type)
 
 
 @router.get("/sagas/{saga_id}", response_model=SagaDetail, tags=["sagas"],

@@ -19,7 +19,14 @@ from coordinator.ui import UiSettings
 from participant_sdk.protocol import Outcome, make_reply
 from tests.integration.search_support import SAGAS
 from tests.integration.test_api_live import served_api
-from tests.integration.test_api_support import OPERATOR, TOKENS, VIEWER, app_client, bearer
+from tests.integration.test_api_support import (
+    ADMIN,
+    OPERATOR,
+    TOKENS,
+    VIEWER,
+    app_client,
+    bearer,
+)
 from tests.integration.test_business_keys import _cli
 from tests.integration.test_store_support import ManualClock, migrated, outbox_commands
 from tests.integration.test_ui import Browser
@@ -177,3 +184,37 @@ async def test_text_that_looks_like_sql_is_only_ever_a_value(store: SagaStore) -
         assert "unexpected text '; DROP TABLE sagas; --'" in doubled.json()["error"]["message"]
         assert await _ids(client, q="customer_id = \"'; DROP TABLE sagas; --\"") == []
         assert set(await _ids(client, q="amount = 1")) == {sly, other}  # the table is there
+
+
+UPLOADED = """
+name: parcel
+version: 1
+input:
+  type: object
+  properties: {customer_id: {type: string}}
+  required: [customer_id]
+search:
+  - {name: parcel_customer, type: str, expr: input.customer_id}
+steps:
+  - {kind: tcc, name: pay, participant: payments, action: charge}
+"""
+
+
+async def test_a_filter_knows_the_attributes_of_a_definition_uploaded_elsewhere(
+    fresh_db: str, store: SagaStore,
+) -> None:
+    other_registry = SagaRegistry(topic_prefix=PREFIX, sagas=SAGAS)
+    async with await SagaStore.open(fresh_db, other_registry, max_size=2,
+                                    clock=ManualClock()) as other, \
+            app_client(store) as here, app_client(other) as there:
+        uploaded = await here.post("/saga-definitions", content=UPLOADED, headers={
+            **bearer(ADMIN), "Content-Type": "application/yaml"})
+        assert uploaded.status_code == 201, uploaded.text
+        started = await here.post("/sagas", json={"type": "parcel", "input": {
+            "customer_id": "c-5"}}, headers=bearer(OPERATOR))
+        assert started.status_code == 201, started.text
+        # The other API process learns the type (and its attributes) when a filter names one.
+        assert await _ids(there, q="parcel_customer = 'c-5'") == [started.json()["saga_id"]]
+        unknown = await there.get("/sagas", params={"q": "colour = 'red'"},
+                                  headers=bearer(VIEWER))
+        assert unknown.status_code == 400 and "parcel_customer" in unknown.text
