@@ -60,9 +60,12 @@ from coordinator.engine.signals import kept_over_bound
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.updates import update_signal_id
 from coordinator.kit_updates import send_update, stored_answer
+from coordinator.language.business_key import business_key_of
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
+from coordinator.sagas.filter_match import matches
 from coordinator.sagas.queries import run_query
+from coordinator.sagas.search import search_values
 from coordinator.store.errors import SagaConflict, SagaFinished, TooManySignals
 from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
@@ -245,6 +248,21 @@ class SagaRun:
     def results(self) -> dict[str, Any]:
         """Every succeeded node's result, composites included, as the API gives them."""
         return node_results(self.sim.definition, self.state)
+
+    def search_attributes(self) -> dict[str, Any]:
+        """The saga's search attribute values now, as the store would keep them; an
+        attribute function that returns a value of the wrong type raises here."""
+        return search_values(self.sim.definition, self.state, strict=True)
+
+    def matches(self, filter: str) -> bool:
+        """Whether the saga matches ``filter`` (``GET /sagas?q=``'s language), by its
+        attributes and built-in fields; ``FilterError`` for a filter that does not fit."""
+        definition = self.sim.definition
+        key = None
+        if definition.saga_class is not None:
+            key, _ = business_key_of(definition.saga_class,
+                                     definition.input_model.model_validate(self.state.input))
+        return matches(definition, self.state, filter, key)
 
     def child(self, node: str) -> SagaRun:
         """The child saga the ``ChildSaga`` node ``node`` of this saga started."""

@@ -20,6 +20,7 @@ from coordinator.api.errors import BadRequest
 from coordinator.api.models import ChildOut, SagaFilter, SagaSort
 from coordinator.store import SagaRecord
 from coordinator.store.queries import SAGA_COLUMNS, list_children, saga_records
+from coordinator.store.search_sql import SqlFilter
 
 __all__ = ["Page", "children_of", "decode_cursor", "encode_cursor", "id_range", "list_sagas",
            "matching_ids"]
@@ -110,16 +111,20 @@ async def list_sagas(
     limit: int = 50,
     cursor: str | None = None,
     id_range: tuple[UUID, UUID] | None = None,
+    search: SqlFilter | None = None,
 ) -> Page:
     """One page of sagas matching ``f``, ordered by ``sort`` then id (keyset pagination).
 
-    ``id_range`` (inclusive bounds) narrows to ids in it: the UI's search by id prefix.
+    ``id_range`` (inclusive bounds) narrows to ids in it: the UI's search by id prefix;
+    ``search``, a compiled filter (``coordinator.api.search``), to the sagas it matches.
     """
     column = sort.value.lstrip("-")
     descending = sort.value.startswith("-")
     w = _where(f, now, stuck_ids)
     if id_range is not None:
         w.add("id BETWEEN {0} AND {1}", *id_range)
+    if search is not None:
+        w.add(search.sql, *search.args)
     if cursor is not None:
         at, sid = decode_cursor(cursor, sort)
         w.add(f"({column}, id) {'<' if descending else '>'} ({{0}}, {{1}})", at, sid)

@@ -38,11 +38,14 @@ from coordinator.api.models import (
 from coordinator.api.queries import children_of, id_range, list_sagas
 from coordinator.api.repairs import RepairOptions, apply_repair
 from coordinator.api.routes_results import saga_results
+from coordinator.api.search import InvalidFilter, compile_query, declared_fields
 from coordinator.engine import RepairVerb, Status
 from coordinator.sagas.diagram import mermaid
 from coordinator.store import SagaRecord, UnknownSagaType, UnknownSagaVersion
 from coordinator.store.definitions import register_uploaded
 from coordinator.store.records import StartResult
+from coordinator.store.search_attributes import attributes_of
+from coordinator.store.search_sql import SqlFilter
 
 __all__ = ["router"]
 
@@ -66,7 +69,8 @@ async def _detail(ctx: Context, record: SagaRecord) -> SagaDetail:
     async with ctx.store.pool.acquire() as conn:
         stuck = record.saga_id in await ctx.stuck_ids(conn, among=[record.saga_id])
         return detail(record, stuck, await children_of(conn, record.saga_id),
-                      saga_results(ctx.store, record))
+                      saga_results(ctx.store, record),
+                      search_attributes=await attributes_of(conn, record.saga_id))
 
 
 def saga_filter(
@@ -138,17 +142,37 @@ async def get_sagas(
         description="Only sagas whose id starts with these hex digits (at least 4; hyphens "
                     "after them ignored).",
     )] = None,
+    q: Annotated[str | None, Query(
+        min_length=1, max_length=2000,
+        description="Only sagas matching this filter over their search attributes and "
+                    "built-in fields, e.g. `customer_id = 'c-42' and amount > 1000` (the "
+                    "grammar: docs/operating.md, Filtering sagas). An invalid filter is a 400 "
+                    "`invalid_filter` naming the column.",
+    )] = None,
 ) -> SagaPageOut:
     now = ctx.now()
     bounds = None if id_prefix is None else id_range(id_prefix)
     if id_prefix is not None and bounds is None:
         raise BadRequest("id_prefix: 1 to 32 hex digits", code="invalid_id_prefix")
+    search = None if q is None else await _compiled(ctx, q, f.saga_type)
     async with ctx.store.pool.acquire() as conn:
         stuck = await ctx.stuck_ids(conn)
         page = await list_sagas(conn, f, now=now, stuck_ids=stuck, sort=sort,
-                                limit=limit, cursor=cursor, id_range=bounds)
+                                limit=limit, cursor=cursor, id_range=bounds, search=search)
     return SagaPageOut(items=[SagaSummary(**summary(r, r.saga_id in stuck)) for r in page.items],
                        next_cursor=page.next_cursor)
+
+
+async def _compiled(ctx: Context, q: str, saga_type: str | None) -> SqlFilter:
+    """Filter ``q`` over the registered types' attributes; a field unknown here may belong
+    to a definition uploaded through another API process since: register those, then try
+    again."""
+    try:
+        return compile_query(q, ctx.registry.types(), saga_type)
+    except InvalidFilter:
+        if not await register_uploaded(ctx.store.pool, ctx.registry):
+            raise
+        return compile_query(q, ctx.registry.types(), saga_type)
 
 
 @router.get("/sagas/{saga_id}", response_model=SagaDetail, tags=["sagas"],
@@ -181,7 +205,8 @@ async def get_types(ctx: Ctx, _: Viewer) -> list[SagaTypeOut]:
     compiled = list(ctx.registry.types())
     latest = {c.name: max(d.version for d in compiled if d.name == c.name) for c in compiled}
     return [SagaTypeOut(name=c.name, version=c.version, latest=c.version == latest[c.name],
-                        definition=c.to_json()) for c in compiled]
+                        definition=c.to_json(), search_attributes=declared_fields([c]))
+            for c in compiled]
 
 
 @router.get("/dead-sagas", response_model=DeadSagaPageOut, tags=["dead sagas"],

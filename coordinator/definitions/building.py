@@ -20,6 +20,7 @@ from coordinator.definitions import format as fmt
 from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import Expression, Returns, compile_expression
 from coordinator.definitions.schemas import JsonSchema, model_from_schema
+from coordinator.definitions.search import build_search
 from coordinator.definitions.updates import build_updates
 from coordinator.language import nodes as flow
 from coordinator.language.flow_nodes import Catch, Loop
@@ -213,9 +214,10 @@ def build_saga_class(definition: fmt.Definition, source: str = "definition") -> 
         if expression is not None:
             queries[qname] = QueryExpression(expression)
     updates = build_updates(definition.updates, b.model, b.problems, cls_name)
+    search = build_search(definition, b.problems)
     if b.problems:
         raise InvalidDefinition(b.problems, source)
-    namespace: dict[str, Any] = {
+    namespace: dict[str, Any] = {"search": search,
         "name": definition.name, "version": definition.version, "input_model": input_model,
         "steps": steps, "description": definition.description, "queries": queries,
         "updates": updates, "__doc__": definition.description or None, "__module__": __name__,

@@ -20,6 +20,7 @@ from coordinator.definitions import format as fmt
 from coordinator.definitions.errors import InvalidDefinition, Problem
 from coordinator.definitions.expressions import expression_of
 from coordinator.definitions.schemas import schema_from_model
+from coordinator.definitions.search import export_search
 from coordinator.definitions.updates import export_updates
 from coordinator.language import nodes as flow
 from coordinator.language.flow_nodes import Catch, Loop
@@ -177,6 +178,7 @@ def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.
     queries = {q: ex.expr(fn, f"queries.{q}") for q, fn in (cls.queries or {}).items()}
     updates = export_updates(getattr(cls, "updates", ()), ex.schema, ex.expressions,
                              ex.problems)
+    search = export_search(cls, ex.problems, ex.expressions)
     if ex.problems:
         raise InvalidDefinition(ex.problems, f"export of {cls.__qualname__}")
     return fmt.Definition(name=cls.name, version=cls.version, input=input_schema, steps=steps,
@@ -184,7 +186,8 @@ def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.
                                    timeout=getattr(cls, "timeout", None),
                                    on_timeout=_unless(getattr(cls, "on_timeout", "rollback"),
                                                       "rollback"),
-                                   updates=updates or None))
+                                   updates=updates or None,
+                                   search=search or None))
 
 
 def plain_definition(definition: fmt.Definition) -> dict[str, Any]:

@@ -236,6 +236,17 @@ class LoopDef(_Node):
     max_iterations: int = Field(ge=1, le=ITERATIONS_CEILING)
 
 
+class SearchAttributeDef(_Strict):
+    """A search attribute: a typed value computed from ``{"input", "results"}``, stored and
+    indexed to filter sagas by (``GET /sagas?q=customer_id = 'c-42'``); ``null`` leaves it
+    unset. ``keywords``: a list of texts (a filter's ``=`` means "contains")."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")]
+    type: Literal["str", "int", "float", "bool", "datetime", "keywords"]
+    expr: Expression
+    description: Text = ""
+
+
 Node = Annotated[
     TccStepDef | SagaStepDef | SequenceDef | ParallelDef | RaceDef | ForEachDef | ChoiceDef
     | PatchedDef | ChildDef | SleepDef | SleepUntilDef | WaitDef | TaskDef | CatchDef
@@ -262,6 +273,8 @@ class Definition(_Strict):
     on_timeout: Literal["rollback", "dead"] = "rollback"
     #: Updates: name -> payload schema, require/reason checks, result expression, signal.
     updates: dict[Name, UpdateDef] = Field(default_factory=dict, max_length=100)
+    #: Search attributes: typed, indexed values to filter sagas by.
+    search: list[SearchAttributeDef] = Field(default_factory=list, max_length=50)
     steps: Branch
 
 

@@ -32,6 +32,7 @@ from coordinator.language.nodes import (
 )
 from coordinator.language.policies import RetryPolicy
 from coordinator.language.saga import Migration, Saga, validate_saga_class
+from coordinator.language.search_attributes import SearchAttribute, SearchContext
 from coordinator.language.steps import (
     DefinitionError,
     Guard,
@@ -65,6 +66,8 @@ __all__ = [
     "RetryPolicy",
     "Saga",
     "SagaStep",
+    "SearchAttribute",
+    "SearchContext",
     "Sequence",
     "Sleep",
     "SleepUntil",

@@ -55,6 +55,7 @@ from coordinator.language.policies import (
     DEFAULT_ROLLBACK_RETRY,
     RetryPolicy,
 )
+from coordinator.language.search_attributes import SearchAttribute, search_problems
 from coordinator.language.steps import (
     NAME_PATTERN,
     DefinitionError,
@@ -125,6 +126,9 @@ class Saga:
     #: The id people know a saga by: an input field's name, or a
     #: :class:`~coordinator.language.business_key.BusinessKey` (stored, indexed, searchable).
     business_key: ClassVar[str | BusinessKey | None] = None
+    #: Typed, indexed fields set from the input and the results, to filter sagas by
+    #: (:class:`~coordinator.language.search_attributes.SearchAttribute`).
+    search: ClassVar[cabc.Sequence[SearchAttribute]] = ()
     #: Signals a saga keeps (received, no wait has taken them yet), at most, in all and per
     #: signal name: one more is refused (HTTP 409 ``too_many_signals``; on Kafka, a dead
     #: letter), so signals nobody waits for cannot grow a saga without end.
@@ -180,6 +184,7 @@ def validate_saga_class(
     problems.extend(_migration_problems(where, cls))
     problems.extend(saga_timeout_problems(where, cls))
     problems.extend(business_key_problems(where, cls))
+    problems.extend(search_problems(where, cls))
     problems.extend(node_problems(
         where, steps, set(), 0,
         lambda at, step, seen: _step_problems(at, step, seen, strict_participants)))

@@ -33,6 +33,7 @@ from coordinator.store.deferral import UNREGISTERED, deferred_delivery
 from coordinator.store.errors import SagaNotFound, StoreError
 from coordinator.store.nodes import KEPT_SIGNALS, state_from_rows
 from coordinator.store.records import ApplyOutcome, ApplyResult, PendingEvent
+from coordinator.store.search_attributes import search_changes
 from participant_sdk.dead_letters import DeadLetter, record_dead_letter
 
 __all__ = ["ApplyMixin"]
@@ -158,7 +159,8 @@ class ApplyMixin(TransactionsMixin):
                 results, changes, letters, deferred = self._decide(
                     locked, [events[i] for i in mine], now)
                 if (letters or deferred or len(changes) != len(mine)
-                        or any(c.decision.children for c in changes)):
+                        or any(c.decision.children for c in changes)
+                        or search_changes(changes, self.definition)):
                     return None
                 outcome = await write_at_once(
                     conn, changes, lease=self._lease if self._publish else timedelta(0))

@@ -25,6 +25,7 @@ from coordinator.store._writes import Change, LockedSaga, write_changes
 from coordinator.store.business_keys import start_key
 from coordinator.store.errors import StoreError, TransientStoreError
 from coordinator.store.nodes import dumps, load_states, spine_json
+from coordinator.store.search_attributes import write_search_attributes
 from outbox_relay.message import LeasedRow
 
 __all__ = [
@@ -170,8 +171,10 @@ class TransactionsMixin(StoreBase):
         written = _WRITTEN.get()
         if written is not None:
             written.extend(changes)
-        return await write_changes(conn, changes, refused, leased=_LEASED.get(),
-                                   lease=self._lease)
+        earliest = await write_changes(conn, changes, refused, leased=_LEASED.get(),
+                                       lease=self._lease)
+        await write_search_attributes(conn, changes, self.definition)
+        return earliest
 
     async def _start_child(self, conn: asyncpg.Connection, start: ChildStart, now: datetime
                            ) -> Change | Delivery | None:

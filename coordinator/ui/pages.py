@@ -25,16 +25,18 @@ from coordinator.api.models import (
     history_entry,
     summary,
 )
-from coordinator.api.queries import children_of, list_sagas, matching_ids
+from coordinator.api.queries import Page, children_of, list_sagas, matching_ids
 from coordinator.api.routes_definitions import uploaded_definitions
+from coordinator.api.search import declared_fields
 from coordinator.engine import Status
 from coordinator.observability.stuck import node_name
 from coordinator.store import SagaRecord
 from coordinator.store.queries import get_history, list_timers
+from coordinator.store.search_attributes import attributes_of
 from coordinator.ui import queries
 from coordinator.ui.diagram_svg import state_svg
 from coordinator.ui.retries import phase_policies, step_retries, waiting_on_no_consumer
-from coordinator.ui.search import search
+from coordinator.ui.search import search, where_condition
 from coordinator.ui.steps import step_tree
 from coordinator.ui.story import node_counts, null_compensation, saga_marks
 from coordinator.ui.trace import fetch_trace, trace_id_of
@@ -106,6 +108,7 @@ def _filter(**fields: Any) -> SagaFilter:
 async def sagas(
     request: Request, type: Text = None, status: Text = None, version: Text = None,
     current_step: Text = None, stuck: Text = None, min_retries: Text = None, q: Text = None,
+    where: Annotated[str | None, Query(max_length=2000)] = None,
     sort: SagaSort = SagaSort.CREATED_DESC,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
@@ -116,6 +119,8 @@ async def sagas(
                 stuck={"yes": True, "no": False}.get(stuck or ""), min_retries=min_retries)
     bounds, searched = None, ""
     q = (q or "").strip()
+    where = (where or "").strip()
+    condition, where_error = where_condition(where, ctx.registry.types(), f.saga_type)
     async with ctx.store.pool.acquire() as conn:
         if q:
             f, bounds, searched, found_one = await search(conn, f, q, now=ctx.now())
@@ -124,8 +129,9 @@ async def sagas(
         # Only the stuck filter needs every stuck saga; otherwise check the page's rows.
         stuck_ids = await ctx.stuck_ids(conn) if f.stuck is not None else frozenset()
         try:
-            found = await list_sagas(conn, f, now=ctx.now(), stuck_ids=stuck_ids, sort=sort,
-                                     limit=limit, cursor=cursor, id_range=bounds)
+            found = Page([], None) if where_error else await list_sagas(
+                conn, f, now=ctx.now(), stuck_ids=stuck_ids, sort=sort, limit=limit,
+                cursor=cursor, id_range=bounds, search=condition)
         except BadRequest as exc:  # a cursor of another sort order, or garbled
             raise UiError(400, exc.message) from None
         if f.stuck is None:
@@ -133,7 +139,8 @@ async def sagas(
     params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     rows = [summary(r, r.saga_id in stuck_ids) for r in found.items]
     return page(request, "sagas.html", me=me, rows=rows, next_cursor=found.next_cursor,
-                params=params, f=f, q=q, sort=sort, searched=searched,
+                params=params, f=f, q=q, sort=sort, searched=searched, where=where,
+                where_error=where_error, fields=declared_fields(ctx.registry.types()),
                 types=sorted({c.name for c in ctx.registry.types()}),
                 statuses=[s.value for s in Status], sorts=[s.value for s in SagaSort])
 
@@ -154,7 +161,8 @@ async def saga(request: Request, saga_id: UUID, history: Text = None,
     after = 0 if history == "all" else max(record.history_seq - HISTORY_ROWS, 0)
     async with ctx.store.pool.acquire() as conn:
         stuck = record.saga_id in await ctx.stuck_ids(conn, among=[saga_id])
-        d = detail(record, stuck, await children_of(conn, saga_id))
+        d = detail(record, stuck, await children_of(conn, saga_id),
+                   search_attributes=await attributes_of(conn, saga_id))
         entries = [history_entry(h) for h in await get_history(conn, saga_id, after_seq=after)]
         timers = await list_timers(conn, saga_id)
     entries.reverse()

@@ -62,7 +62,8 @@ def _error(state: SagaState, key: str | None) -> ErrorOut | None:
 
 
 def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = None,
-           results: dict[str, Any] | None = None) -> SagaDetail:
+           results: dict[str, Any] | None = None, *,
+           search_attributes: dict[str, Any] | None = None) -> SagaDetail:
     state = record.state
     steps = [
         StepOut(key=s.key, node=s.node, parent=s.parent, phase=s.phase,
@@ -82,7 +83,7 @@ def detail(record: SagaRecord, stuck: bool, children: list[ChildOut] | None = No
                       finished_at=state.finished_at,
                       parent_id=state.parent.saga_id if state.parent else None,
                       parent_node=state.parent.step if state.parent else None,
-                      children=children or [])
+                      children=children or [], search_attributes=search_attributes or {})
 
 
 def dead_saga(record: SagaRecord) -> DeadSagaOut:

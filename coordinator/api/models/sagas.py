@@ -125,6 +125,8 @@ class SagaDetail(SagaSummary):
     steps: list[StepOut]
     #: Every succeeded node's result by node key (a for-each's: a list per item).
     result: dict[str, Any]
+    #: The saga's search attributes (its class's ``search``) that have a value, by name.
+    search_attributes: dict[str, Any] = {}
     dead_step: str | None
     #: Why the rollback started; kept when the rollback later dies.
     rollback_reason: str | None = None
@@ -181,6 +183,9 @@ class SagaTypeOut(BaseModel):
     version: int
     latest: bool
     definition: dict[str, Any]
+    #: The search attributes the version declares: name -> kind (str, int, float, bool,
+    #: datetime, keywords), what ``GET /sagas?q=`` filters on.
+    search_attributes: dict[str, str] = {}
 
 
 class DeadSagaOut(BaseModel):

@@ -61,6 +61,8 @@ def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_list(client: httpx.Client, args: argparse.Namespace) -> Any:
     params = _filter_params(args) | page_params(args) | {"sort": args.sort}
+    if args.q is not None:
+        params["q"] = args.q
     return _call(client, "GET", "/sagas", params=params)
 
 
@@ -356,6 +358,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("list", cmd_list, "list sagas")
     _add_filter(p)
+    p.add_argument("--where", "-w", dest="q", metavar="FILTER",
+                   help="a filter over search attributes and built-in fields, e.g. "
+                        "\"customer_id = 'c-42' and amount > 1000\" (docs/operating.md)")
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--sort", default="-created_at",
                    help="field, '-' for descending (default -created_at)")

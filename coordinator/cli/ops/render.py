@@ -82,6 +82,9 @@ def render_saga(data: Mapping[str, Any]) -> str:
         head.append(f"child    {child['saga_id']} {child['saga_type']} {child['status']} "
                     f"(node {child['node']})")
     head.append(f"input    {_cell(data.get('input'), 200)}")
+    search = data.get("search_attributes") or {}
+    if search:
+        head.append("search   " + ", ".join(f"{k}={_cell(v, 60)}" for k, v in search.items()))
     steps = [{"step": s["key"], "phase": s["phase"], "attempts": _attempts(s["attempts"]),
               "last_error": (s["last_error"] or {}).get("message"), "result": s["result"]}
              for s in data.get("steps", [])]
