@@ -165,7 +165,8 @@ class _Exporter:
 
 
 #: The nodes that may have a timeout of their own (``format.Timed``).
-_TIMED = (flow.Sequence, flow.Parallel, flow.Race, flow.ForEach, flow.Choice, flow.ChildSaga)
+_TIMED = (flow.Sequence, flow.Parallel, flow.Race, flow.ForEach, flow.Choice, flow.ChildSaga,
+          Catch, Loop)
 
 
 def export(cls: type[Any], expressions: Mapping[str, str] | None = None) -> fmt.Definition:

@@ -214,7 +214,7 @@ CatchKind = Literal["business", "deadline", "timeout", "transient", "unexpected"
                     "barrier_refused", "malformed_reply", "mapper", "max_iterations", "node"]
 
 
-class CatchDef(_Node):
+class CatchDef(Timed):
     """Run ``body``; on a failure of a kind in ``on`` run ``fallback`` in its place."""
 
     kind: Literal["catch"]
@@ -226,7 +226,7 @@ class CatchDef(_Node):
     undo: Literal["first", "kept"] = "first"
 
 
-class LoopDef(_Node):
+class LoopDef(Timed):
     """Do-while: ``body`` runs, then again while ``until`` (over the iteration just done:
     its nodes by bare name in ``results``, its number as ``index``) is false."""
 

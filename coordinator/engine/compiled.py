@@ -139,12 +139,14 @@ def _compile_node(spec: Any) -> CompiledNode:
             name=spec.name, kind=GroupKind.CATCH, description=spec.description,
             children=(_group(f"{spec.name}.body", GroupKind.SEQUENCE, spec.body, ""),
                       _group(f"{spec.name}.fallback", GroupKind.SEQUENCE, spec.fallback, "")),
-            catches=catch_kinds(spec), keep=spec.undo == "kept")
+            catches=catch_kinds(spec), keep=spec.undo == "kept", timeout=spec.timeout,
+            on_timeout=spec.on_timeout)
     if isinstance(spec, flow.Loop):
         body = _group(f"{spec.name}[]", GroupKind.SEQUENCE, spec.body, "")
         return CompiledGroup(name=spec.name, kind=GroupKind.LOOP, children=(body,),
                              until=spec.until, max_items=spec.max_iterations or 0,
-                             description=spec.description)
+                             description=spec.description, timeout=spec.timeout,
+                             on_timeout=spec.on_timeout)
     if isinstance(spec, flow.Patched):
         new = tuple(_compile_node(n) for n in flow.branch_nodes(spec.new))
         old = () if spec.old is None else tuple(

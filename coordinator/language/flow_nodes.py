@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections.abc as cabc
 import dataclasses
 from dataclasses import KW_ONLY, dataclass
+from datetime import timedelta
 from typing import Any, Final, Literal
 
 from coordinator.language.steps import Guard, SagaStep
@@ -69,6 +70,10 @@ class Catch:
     #: The failure kinds caught (required: say ``"all"`` to catch everything).
     failures: str | tuple[str, ...] | None = None
     undo: Literal["first", "kept"] = "first"
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 
@@ -87,6 +92,10 @@ class Loop:
     _: KW_ONLY
     until: Guard | None = None
     max_iterations: int | None = None
+    #: Fail the node (``"fail"``, kind ``timeout``) or park the saga as dead (``"dead"``)
+    #: once it has run this long (``None``: no limit); see :mod:`coordinator.language.timeouts`.
+    timeout: timedelta | None = None
+    on_timeout: Literal["fail", "dead"] = "fail"
     description: str = ""
 
 

@@ -27,6 +27,7 @@ from coordinator.language.nodes import (
     Sleep,
     WaitForSignal,
 )
+from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.saga import DefinitionError, Saga
 from coordinator.language.tasks import HumanTask
 from coordinator.language.timeouts import human
@@ -231,6 +232,8 @@ def test_a_timed_out_race_branch_fails_only_that_branch() -> None:
     lambda t: ForEach("n", items=lambda ctx: [1, 2], body=(act("x"),), timeout=t),
     lambda t: Choice("n", ((lambda ctx: True, act("x")),), timeout=t),
     lambda t: Race("n", (act("x"), act("y")), quorum=2, timeout=t),
+    lambda t: Catch("n", (act("x"),), (act("y"),), failures=("business",), timeout=t),
+    lambda t: Loop("n", (act("x"),), until=lambda ctx: False, max_iterations=5, timeout=t),
 ])
 def test_every_composite_kind_times_out(make: Any) -> None:
     run = new_run(timed(act("a"), make(timedelta(seconds=90)), timeout=None))
@@ -240,6 +243,36 @@ def test_every_composite_kind_times_out(make: Any) -> None:
     assert run.sim.current.reason.startswith("timed out after 1m30s in n")
     finish(run)
     assert run.sim.current.status is Status.COMPENSATED
+
+
+def test_a_catch_takes_a_composite_timeout_inside_it_as_kind_timeout() -> None:
+    fulfil = Sequence("fulfil", (act("b"), WaitForSignal("approve", "go")),
+                      timeout=timedelta(minutes=30))
+    guarded = Catch("guard", (fulfil,), (act("manual"),), failures=("timeout",))
+    run = new_run(timed(act("a"), guarded, act("c"), timeout=None))
+    ok(run, "a")
+    ok(run, "b")
+    fire_timeout(run, "fulfil")
+    state = run.sim.current
+    assert state.status is Status.RUNNING  # caught: the fallback runs instead
+    assert state.steps["guard"].payload is not None
+    assert state.steps["guard"].payload["kind"] == "timeout"
+    assert sent(run.sim)[-1] == ("b", "compensate")  # the body undone first, then
+    finish(run)
+    assert run.sim.current.status is Status.COMPLETED
+    done = sent(run.sim)
+    assert done.index(("b", "compensate")) < done.index(("manual", "action"))  # the fallback
+
+
+def test_a_catch_of_other_kinds_lets_a_composite_timeout_roll_the_saga_back() -> None:
+    fulfil = Sequence("fulfil", (WaitForSignal("approve", "go"),), timeout=timedelta(minutes=5))
+    guarded = Catch("guard", (fulfil,), (act("manual"),), failures=("business",))
+    run = new_run(timed(act("a"), guarded, timeout=None))
+    ok(run, "a")
+    fire_timeout(run, "fulfil")
+    assert run.sim.current.status is Status.COMPENSATING
+    finish(run)
+    assert ("manual", "action") not in sent(run.sim)
 
 
 def test_a_child_saga_node_timeout_fails_the_node_and_cancels_the_child() -> None:

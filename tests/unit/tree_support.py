@@ -141,7 +141,7 @@ def nodes(draw: st.DrawFn, names: itertools.count[int], depth: int = 0,
     kind = draw(st.sampled_from(kinds))
     name = f"g{next(names)}"
     race, each = in_race or kind == "race", in_each or kind in ("foreach", "loop")
-    limit = _timeout(draw) if kind not in ("patched", "catch", "loop") else {}
+    limit = _timeout(draw) if kind != "patched" else {}
 
     def branch() -> Any:
         width = draw(st.integers(1, 2))

@@ -63,7 +63,9 @@ def failure_kind(w: Work, key: str) -> str:
                                                                    "mapper")
     if isinstance(node, CompiledSleep):
         return "mapper"  # its wake-up function raised or gave a naive time
-    recorded = (state.payload or {}).get("failure")  # a loop, a composite's own timeout
+    if state.last_error is not None and state.last_error.kind == "timeout":
+        return "timeout"  # the composite's own timeout passed (``engine.timeouts``)
+    recorded = (state.payload or {}).get("failure")  # a loop's cap
     if isinstance(recorded, str):
         return recorded
     if node.kind in (GroupKind.CHOICE, GroupKind.FOREACH) and "raised" in (state.note or ""):
