@@ -56,8 +56,13 @@ class ParticipantSettings(BaseSettings):
     statement_cache_size: int = Field(default=100, ge=0)
     #: How long shutdown waits for in-flight commands before giving up on them.
     drain_timeout: Duration = timedelta(seconds=10)
-    #: How often finished offsets are committed.
-    commit_interval: Duration = timedelta(milliseconds=200)
+    #: How often finished offsets are committed: the commands finished within one interval
+    #: share one OffsetCommit. A crash redelivers at most what finished since the last
+    #: commit; the barrier answers those again without running them.
+    commit_interval: Duration = timedelta(seconds=1)
+    #: Commands finished since the last commit that commit their offsets before the interval
+    #: is over (bounds what a crash of a busy participant redelivers); 0: the interval alone.
+    commit_max_pending: int = Field(default=1000, ge=0)
     #: Local retries of transient failures (connection loss, 40001, 40P01) per command.
     retry_attempts: int = Field(default=5, ge=1)
     retry_initial: Duration = timedelta(milliseconds=50)

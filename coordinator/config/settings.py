@@ -54,7 +54,10 @@ class CoordinatorSettings(BaseSettings):
     #: background, after the batch's transaction): the replies of a busy worker cost one
     #: OffsetCommit round trip per interval, not one per batch. A crash redelivers at most
     #: what came since the last commit; those replies are ignored as duplicates.
-    reply_commit_interval: Duration = timedelta(milliseconds=100)
+    reply_commit_interval: Duration = timedelta(seconds=1)
+    #: Replies applied since the last commit that commit their offsets before the interval
+    #: is over (bounds what a crash of a busy worker redelivers); 0: the interval alone.
+    reply_commit_max_pending: int = Field(default=1000, ge=0)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer and schedule loops sleep. Other processes hint the workers about

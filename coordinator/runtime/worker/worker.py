@@ -172,7 +172,8 @@ class Worker:
         self._consumer = consumer  # stop() closes it should start-up be cancelled
         await open_with_retry(consumer.start, what="Kafka")
         self._offsets = OffsetCommitter(
-            consumer, name=self.name, interval=s.reply_commit_interval.total_seconds())
+            consumer, name=self.name, interval=s.reply_commit_interval.total_seconds(),
+            max_pending=s.reply_commit_max_pending)
         await self._offsets.start()
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
@@ -313,7 +314,7 @@ class Worker:
         already); the next fetch does not wait for the OffsetCommit round trip."""
         offsets = {tp: OffsetAndMetadata(part[-1].offset + 1, "") for tp, part in batch.items()}
         assert self._offsets is not None
-        self._offsets.submit(offsets)
+        self._offsets.submit(offsets, count=sum(len(part) for part in batch.values()))
 
     # -- timer loop -------------------------------------------------------------------------
 
