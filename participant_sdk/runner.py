@@ -156,6 +156,7 @@ class ParticipantRunner:
             auto_offset_reset="earliest",
             client_id=f"sagaflow-participant-{self.name}",
             max_poll_records=s.max_in_flight,
+            fetch_max_wait_ms=int(s.fetch_max_wait.total_seconds() * 1000),
             **s.kafka_security.client_kwargs(),
         )
         self._consumer.subscribe([self.topic], listener=_Listener(self))

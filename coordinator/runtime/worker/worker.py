@@ -167,6 +167,7 @@ class Worker:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=s.reply_batch_size,
+            fetch_max_wait_ms=int(s.reply_fetch_max_wait.total_seconds() * 1000),
             **s.kafka_security.client_kwargs(),
         )
         self._consumer = consumer  # stop() closes it should start-up be cancelled
