@@ -102,6 +102,8 @@ def kafka_request_costs(requests: dict[str, dict[str, int]], messages: int, saga
         "per_s_total": sent / seconds if seconds > 0 else float("nan"),
         "per_message_by_process": {proc: sum(v for k, v in c.items() if k != "FetchEmpty") / m
                                    for proc, c in sorted(requests.items())},
+        "per_message_by_process_type": {proc: {k: v / m for k, v in sorted(c.items()) if v}
+                                        for proc, c in sorted(requests.items())},
     }}
 
 

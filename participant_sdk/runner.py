@@ -145,6 +145,7 @@ class ParticipantRunner:
             bootstrap_servers=s.kafka_bootstrap,
             enable_idempotence=True,
             acks="all",
+            linger_ms=int(s.linger.total_seconds() * 1000),
             client_id=f"sagaflow-participant-{self.name}",
             **s.kafka_security.client_kwargs(),
         )

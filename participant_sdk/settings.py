@@ -68,6 +68,10 @@ class ParticipantSettings(BaseSettings):
     #: fetch per this. After a rebalance the first fetch may wait up to this behind the one
     #: parked before. 0.1 s to 30 s.
     fetch_max_wait: Duration = timedelta(seconds=2)
+    #: How long the reply producer waits for more replies to send in one request. 0: a lone
+    #: reply goes at once, and replies that finish while a request is in flight still share
+    #: the next one (aiokafka sends one request per broker at a time).
+    linger: Duration = timedelta(0)
     #: Local retries of transient failures (connection loss, 40001, 40P01) per command.
     retry_attempts: int = Field(default=5, ge=1)
     retry_initial: Duration = timedelta(milliseconds=50)
@@ -82,6 +86,13 @@ class ParticipantSettings(BaseSettings):
     #: TEST ONLY: when set and the file does not exist, the process creates it and kills
     #: itself with SIGKILL right after the first committed command, before replying.
     crash_after_commit_flag: Path | None = None
+
+    @field_validator("linger")
+    @classmethod
+    def _linger(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) <= value <= timedelta(seconds=1):
+            raise ValueError("linger must be between 0 and 1s")
+        return value
 
     @field_validator("fetch_max_wait")
     @classmethod

@@ -1,5 +1,6 @@
-"""The broker-side fetch wait of the worker's and the participants' consumers: bounded, and
-2 s by default (an idle consumer costs the broker one empty fetch per wait)."""
+"""The broker-side fetch wait of the worker's and the participants' consumers (bounded,
+2 s by default: an idle consumer costs the broker one empty fetch per wait), and the
+participants' producer linger (none by default: a lone reply goes at once)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,13 @@ def test_out_of_bounds_waits_are_refused_by_name(wait: timedelta) -> None:
         CoordinatorSettings(dsn="postgresql://x", reply_fetch_max_wait=wait)
     with pytest.raises(ValidationError, match="fetch_max_wait must be between"):
         ParticipantSettings(dsn="postgresql://x", fetch_max_wait=wait)
+
+
+def test_participant_linger_defaults_to_none_and_is_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ParticipantSettings(dsn="postgresql://x").linger == timedelta(0)
+    monkeypatch.setenv("SAGAFLOW_PARTICIPANT_LINGER", "5ms")
+    assert ParticipantSettings(dsn="postgresql://x").linger == timedelta(milliseconds=5)
+    for bad in (timedelta(milliseconds=-1), timedelta(seconds=2)):
+        with pytest.raises(ValidationError, match="linger must be between 0 and 1s"):
+            ParticipantSettings(dsn="postgresql://x", linger=bad)
