@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench.peer_report import (
+    SHARED,
     evaluate,
     figure,
     median_figures,
@@ -21,6 +22,7 @@ from bench.peer_report import (
     sagaflow_figures,
 )
 from bench.peers import add_arguments, plan, resolve_peers
+from bench.stack import KAFKA_BROKER
 from bench.targets import TARGETS
 
 RECORDS = Path(__file__).parent / "peer_records"
@@ -60,6 +62,7 @@ def test_a_peer_line_is_found_among_log_lines_and_read_into_figures() -> None:
     fig = peer_figures(rec)
     assert fig["rate"] == rec["sagas_per_s"] and fig["p50_ms"] == rec["p50_ms"]
     assert fig["cpu_ms"] == pytest.approx(sum(rec["cpu_ms_per_saga"].values()))
+    assert fig["cpu_ms_own"] == fig["cpu_ms"]  # a peer harness shares no server
     assert fig["ok"] is True
     assert peer_figures(dict(rec, errors=2))["ok"] is False
 
@@ -73,6 +76,8 @@ def test_sagaflow_cpu_is_the_whole_stack_broker_and_driver_included() -> None:
     fig = sagaflow_figures(_closed(30.0, 30.0, {"coordinator1": 5.0, "kafka broker": 3.0,
                                                "bench driver (API + polls)": 1.0}))
     assert fig["cpu_ms"] == 9.0 and fig["p50_ms"] == 30.0 and fig["rate"] == 30.0
+    assert fig["cpu_ms_own"] == 6.0  # the shared broker left out
+    assert SHARED == (KAFKA_BROKER,)
     bad = _closed(30.0, 30.0, {"x": 1.0})
     bad["statuses"] = {"completed": 1, "failed": 1}
     assert sagaflow_figures(bad)["ok"] is False
@@ -128,6 +133,7 @@ def test_the_table_shows_each_figure_ratio_and_verdict() -> None:
     lines = text.splitlines()
     assert lines[0].split() == ["figure", "sagaflow", "dtm", "x", "dtm", "restate", "x",
                                 "restate"]
+    assert any(line.startswith("tcc@16 CPU ms/saga w/o shared") for line in lines)
     row = next(line for line in lines if line.startswith("tcc@16 sagas/s"))
     r = 90.0 / figures["dtm"]["tcc@16"]["rate"]
     assert row.split()[-3:-2] == [f"{r:.2f}"]
@@ -139,8 +145,8 @@ def test_the_table_shows_each_figure_ratio_and_verdict() -> None:
 
 
 def test_medians_of_rounds() -> None:
-    a = {"p50_ms": 10.0, "rate": 100.0, "cpu_ms": 5.0, "cpu_split": {"x": 5.0}, "sagas": 10,
-         "ok": True}
+    a = {"p50_ms": 10.0, "rate": 100.0, "cpu_ms": 5.0, "cpu_ms_own": 4.0, "cpu_split": {"x": 5.0},
+         "sagas": 10, "ok": True}
     b = dict(a, p50_ms=30.0, rate=50.0, cpu_split={"x": 7.0}, ok=False)
     c = dict(a, p50_ms=20.0, rate=80.0)
     m = median_figures([a, b, c])
