@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.latency import LatencyConfig
+from bench.peers import add_arguments as add_peer_arguments
+from bench.peers import run as run_peers
 from bench.report import render_table
 from bench.runner import BenchConfig, run_bench
 from bench.stack import RESULTS
@@ -73,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the end-to-end stack's processes under cProfile (slower)")
     p.add_argument("--name", default="saga", help="results file name prefix")
     p.add_argument("--output", type=Path, default=None, help="write the JSON here instead")
+    add_peer_arguments(p, standalone=False)
     return p
 
 
@@ -102,6 +105,8 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.peers:
+        return run_peers(args, ["python -m bench", *(sys.argv[1:] if argv is None else argv)])
     latency = LatencyConfig(
         one_s=args.one_duration, sixteen_s=args.sixteen_duration,
         open_s=args.latency_open_duration,

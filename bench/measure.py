@@ -27,6 +27,7 @@ async def _snapshot(stack: Stack, driver: Driver) -> dict[str, Any]:
         "backends": await stack.backend_cpu(exclude={driver.watcher.conn.get_server_pid()}),
         "driver_cpu": cpu_seconds(os.getpid()),
         "watcher_polls": driver.watcher.polls,
+        "kafka_requests": stack.kafka_requests(),
     }
 
 
@@ -53,6 +54,7 @@ def _costs(stack: Stack, a: dict[str, Any], b: dict[str, Any], sagas: int) -> di
         round_trips = {role: b["round_trips"][role] - a["round_trips"][role]
                        for role in a["round_trips"]}
         round_trips["coordinator"] -= polls  # one statement each
+    requests = _request_deltas(a.get("kafka_requests"), b.get("kafka_requests"))
     waits = {k: b["run_delay"][k] - a["run_delay"].get(k, 0.0) for k in b["run_delay"]}
     return {
         "window_s": seconds,
@@ -68,7 +70,41 @@ def _costs(stack: Stack, a: dict[str, Any], b: dict[str, Any], sagas: int) -> di
                            "total": (commands + msgs.get(replies, 0)) / n},
         "cpu_ms_per_saga": {k: v * 1000 / n for k, v in cpu.items()},
         "cpu_cores": {k: v / seconds for k, v in cpu.items()},
+        **({} if requests is None else kafka_request_costs(
+            requests, commands + msgs.get(replies, 0), n, seconds)),
     }
+
+
+def _request_deltas(a: dict[str, dict[str, int]] | None, b: dict[str, dict[str, int]] | None
+                    ) -> dict[str, dict[str, int]] | None:
+    """Kafka requests by process and type between two snapshots (None when not counted)."""
+    if a is None or b is None:
+        return None
+    return {proc: {kind: n - a.get(proc, {}).get(kind, 0) for kind, n in counts.items()}
+            for proc, counts in b.items()}
+
+
+def kafka_request_costs(requests: dict[str, dict[str, int]], messages: int, sagas: int,
+                        seconds: float) -> dict[str, Any]:
+    """Requests the stack's clients sent to the broker, per saga message by type (and per
+    process), and per second: what each message costs the broker in requests."""
+    by_type: dict[str, int] = {}
+    for counts in requests.values():
+        for kind, count in counts.items():
+            by_type[kind] = by_type.get(kind, 0) + count
+    m = max(messages, 1)
+    sent = sum(v for k, v in by_type.items() if k != "FetchEmpty")  # a subset of Fetch
+    return {"kafka_requests": {
+        "messages": messages,
+        "per_message": {k: v / m for k, v in sorted(by_type.items())},
+        "per_message_total": sent / m,
+        "per_saga_total": sent / max(sagas, 1),
+        "per_s_total": sent / seconds if seconds > 0 else float("nan"),
+        "per_message_by_process": {proc: sum(v for k, v in c.items() if k != "FetchEmpty") / m
+                                   for proc, c in sorted(requests.items())},
+        "per_message_by_process_type": {proc: {k: v / m for k, v in sorted(c.items()) if v}
+                                        for proc, c in sorted(requests.items())},
+    }}
 
 
 def _load_json(result: LoadResult) -> dict[str, Any]:

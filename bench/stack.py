@@ -170,6 +170,8 @@ class Stack:
     #: Connect the stack's processes and the driver to Postgres through its Unix-domain
     #: socket in this folder instead of loopback TCP (the admin connection stays on TCP).
     pg_socket_dir: str = ""
+    #: Count every Kafka request of each process by type (``bench/kafka_requests.py``).
+    count_kafka: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     procs: list[Proc] = field(default_factory=list)
     prefix: str = ""
@@ -265,6 +267,9 @@ class Stack:
         for name, argv, env in self._commands():
             if self.uvloop:
                 argv = ["-m", "bench.uvloop_run", *argv[1:]]
+            if self.count_kafka:
+                argv = [str(REPO / "bench" / "kafka_requests.py"),
+                        str(logs / f"{name}.kafka-requests.json"), *argv[1:]]
             if self.profile_dir is not None:
                 self.profile_dir.mkdir(parents=True, exist_ok=True)
                 argv = ["-m", "cProfile", "-o", str(self.profile_dir / f"{name}.prof"), *argv]
@@ -332,6 +337,15 @@ class Stack:
 
     def cpu(self) -> dict[str, float]:
         return {p.name: cpu_seconds(p.pid) for p in self.procs}
+
+    def kafka_requests(self) -> dict[str, dict[str, int]] | None:
+        """Kafka requests sent so far by each process, by type (None unless ``count_kafka``)."""
+        if not self.count_kafka:
+            return None
+        from bench.kafka_requests import read_counts
+
+        return {p.name: read_counts(str(p.log.with_suffix(".kafka-requests.json")))
+                for p in self.procs}
 
     def broker_cpu(self) -> float | None:
         """CPU seconds of the Kafka broker this stack uses (shared by the variants, so only

@@ -100,6 +100,9 @@ class ParticipantRunner:
         self._progress = asyncio.Event()
         #: Set when a command finished since the last offset commit (the commit loop waits on it).
         self._uncommitted = asyncio.Event()
+        #: Commands finished since the last commit; ``commit_max_pending`` of them commit early.
+        self._finished_since_commit = 0
+        self._commit_now = asyncio.Event()
         self._started = False
         self._probes: ProbeServer | None = None
         self._stopped = False
@@ -142,6 +145,7 @@ class ParticipantRunner:
             bootstrap_servers=s.kafka_bootstrap,
             enable_idempotence=True,
             acks="all",
+            linger_ms=int(s.linger.total_seconds() * 1000),
             client_id=f"sagaflow-participant-{self.name}",
             **s.kafka_security.client_kwargs(),
         )
@@ -153,6 +157,7 @@ class ParticipantRunner:
             auto_offset_reset="earliest",
             client_id=f"sagaflow-participant-{self.name}",
             max_poll_records=s.max_in_flight,
+            fetch_max_wait_ms=int(s.fetch_max_wait.total_seconds() * 1000),
             **s.kafka_security.client_kwargs(),
         )
         self._consumer.subscribe([self.topic], listener=_Listener(self))
@@ -268,11 +273,19 @@ class ParticipantRunner:
             tp, msg, command = await queue.get()
             try:
                 await self._process(tp, msg, command)
-                self._tracker.finished(tp, msg.offset)
-                self._uncommitted.set()
+                self._command_finished(tp, msg.offset)
             finally:
                 self._slots.release()
                 self._progress.set()
+
+    def _command_finished(self, tp: Any, offset: int) -> None:
+        """A command's reply is durable: its offset may be committed (soon, or at once when
+        ``commit_max_pending`` commands finished since the last commit)."""
+        self._tracker.finished(tp, offset)
+        self._uncommitted.set()
+        self._finished_since_commit += 1
+        if 0 < self.settings.commit_max_pending <= self._finished_since_commit:
+            self._commit_now.set()
 
     async def _commit_loop(self) -> None:
         """Commit finished offsets at most every ``commit_interval``; idle, sleep until a
@@ -280,8 +293,12 @@ class ParticipantRunner:
         interval = self.settings.commit_interval.total_seconds()
         while True:
             await self._uncommitted.wait()
-            await asyncio.sleep(interval)  # what finishes meanwhile shares this commit
+            # What finishes meanwhile shares this commit (up to commit_max_pending commands).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._commit_now.wait(), interval)
             self._uncommitted.clear()
+            self._commit_now.clear()
+            self._finished_since_commit = 0
             try:
                 await self._commit()
             except KafkaError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from participant_sdk.durations import Duration
@@ -56,8 +56,22 @@ class ParticipantSettings(BaseSettings):
     statement_cache_size: int = Field(default=100, ge=0)
     #: How long shutdown waits for in-flight commands before giving up on them.
     drain_timeout: Duration = timedelta(seconds=10)
-    #: How often finished offsets are committed.
-    commit_interval: Duration = timedelta(milliseconds=200)
+    #: How often finished offsets are committed: the commands finished within one interval
+    #: share one OffsetCommit. A crash redelivers at most what finished since the last
+    #: commit; the barrier answers those again without running them.
+    commit_interval: Duration = timedelta(seconds=1)
+    #: Commands finished since the last commit that commit their offsets before the interval
+    #: is over (bounds what a crash of a busy participant redelivers); 0: the interval alone.
+    commit_max_pending: int = Field(default=1000, ge=0)
+    #: Longest the broker holds a fetch that finds no command (it answers as soon as one
+    #: arrives, so this adds no latency): an idle participant costs the broker one empty
+    #: fetch per this. After a rebalance the first fetch may wait up to this behind the one
+    #: parked before. 0.1 s to 30 s.
+    fetch_max_wait: Duration = timedelta(seconds=2)
+    #: How long the reply producer waits for more replies to send in one request. 0: a lone
+    #: reply goes at once, and replies that finish while a request is in flight still share
+    #: the next one (aiokafka sends one request per broker at a time).
+    linger: Duration = timedelta(0)
     #: Local retries of transient failures (connection loss, 40001, 40P01) per command.
     retry_attempts: int = Field(default=5, ge=1)
     retry_initial: Duration = timedelta(milliseconds=50)
@@ -72,3 +86,17 @@ class ParticipantSettings(BaseSettings):
     #: TEST ONLY: when set and the file does not exist, the process creates it and kills
     #: itself with SIGKILL right after the first committed command, before replying.
     crash_after_commit_flag: Path | None = None
+
+    @field_validator("linger")
+    @classmethod
+    def _linger(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) <= value <= timedelta(seconds=1):
+            raise ValueError("linger must be between 0 and 1s")
+        return value
+
+    @field_validator("fetch_max_wait")
+    @classmethod
+    def _fetch_wait(cls, value: timedelta) -> timedelta:
+        if not timedelta(milliseconds=100) <= value <= timedelta(seconds=30):
+            raise ValueError("fetch_max_wait must be between 100ms and 30s")
+        return value

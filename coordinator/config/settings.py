@@ -50,11 +50,19 @@ class CoordinatorSettings(BaseSettings):
     #: Longest a fetch waits when no reply comes (a fetch returns as soon as replies are
     #: there, so this only sets how often an idle worker wakes up).
     reply_fetch_timeout: Duration = timedelta(seconds=1)
+    #: Longest the broker holds a fetch that finds no reply (it answers as soon as one
+    #: arrives, so busy or not this adds no latency): an idle worker costs the broker one
+    #: empty fetch per this. After a rebalance the first fetch may wait up to this behind
+    #: the one parked before. 0.1 s to 30 s.
+    reply_fetch_max_wait: Duration = timedelta(seconds=2)
     #: Shortest time between two commits of the reply offsets (they are committed in the
     #: background, after the batch's transaction): the replies of a busy worker cost one
     #: OffsetCommit round trip per interval, not one per batch. A crash redelivers at most
     #: what came since the last commit; those replies are ignored as duplicates.
-    reply_commit_interval: Duration = timedelta(milliseconds=100)
+    reply_commit_interval: Duration = timedelta(seconds=1)
+    #: Replies applied since the last commit that commit their offsets before the interval
+    #: is over (bounds what a crash of a busy worker redelivers); 0: the interval alone.
+    reply_commit_max_pending: int = Field(default=1000, ge=0)
     #: Most due timers claimed and fired in one transaction.
     timer_batch_size: int = Field(default=100, ge=1, le=10_000)
     #: Longest the timer and schedule loops sleep. Other processes hint the workers about
@@ -118,6 +126,13 @@ class CoordinatorSettings(BaseSettings):
     def _positive_lease(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("publish_lease must be positive")
+        return value
+
+    @field_validator("reply_fetch_max_wait")
+    @classmethod
+    def _fetch_wait(cls, value: timedelta) -> timedelta:
+        if not timedelta(milliseconds=100) <= value <= timedelta(seconds=30):
+            raise ValueError("reply_fetch_max_wait must be between 100ms and 30s")
         return value
 
     @field_validator("compact_interval")

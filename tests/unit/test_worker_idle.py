@@ -190,3 +190,55 @@ async def test_an_idle_participant_commit_loop_sleeps_until_a_command_finishes()
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_max_pending_replies_commit_before_the_interval_is_over() -> None:
+    consumer = Consumer()
+    committer = OffsetCommitter(consumer, interval=5.0, max_pending=10)
+    await committer.start()
+    try:
+        committer.submit({TP0: _at(1)})
+        await asyncio.sleep(0.05)
+        assert consumer.commits == [{TP0: 1}]  # nothing committed before: at once
+        committer.submit({TP0: _at(5)}, count=4)
+        await asyncio.sleep(0.05)
+        assert consumer.commits == [{TP0: 1}]  # 4 pending < 10: waits for the interval
+        committer.submit({TP0: _at(11)}, count=6)  # 10 pending: commits now, not in 5 s
+        await asyncio.wait_for(committer.flush(), 1)
+        assert consumer.commits == [{TP0: 1}, {TP0: 11}]
+        committer.submit({TP0: _at(12)}, count=1)
+        await asyncio.sleep(0.05)
+        assert consumer.commits == [{TP0: 1}, {TP0: 11}]  # the count started over
+    finally:
+        await asyncio.wait_for(committer.stop(), 0.5)
+    assert consumer.commits[-1] == {TP0: 12}
+
+
+async def test_a_participant_commits_early_once_commit_max_pending_commands_finished() -> None:
+    from participant_sdk import ParticipantRunner, ParticipantSettings
+    from tests.unit.test_sdk_units import Demo
+
+    runner = ParticipantRunner(Demo(), ParticipantSettings(
+        dsn="postgresql://unused", commit_interval=timedelta(seconds=5), commit_max_pending=3))
+    calls = 0
+
+    async def commit(partitions: object = None) -> None:
+        nonlocal calls
+        calls += 1
+
+    runner._commit = commit  # type: ignore[method-assign]
+    task = asyncio.create_task(runner._commit_loop())
+    try:
+        runner._command_finished(TP0, 0)
+        runner._command_finished(TP0, 1)
+        await asyncio.sleep(0.1)
+        assert calls == 0  # 2 < 3 finished: waits for the 5 s interval
+        runner._command_finished(TP0, 2)
+        await asyncio.sleep(0.1)
+        assert calls == 1
+        runner._command_finished(TP0, 3)
+        await asyncio.sleep(0.1)
+        assert calls == 1  # the count started over
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -7,7 +7,8 @@ duplicates). It need not wait for the OffsetCommit round trip before fetching th
 latest offset of every partition, coalescing whatever was submitted meanwhile. With an
 ``interval`` it waits that long after each commit, so that busy partitions cost one
 OffsetCommit round trip per interval instead of one per batch (a crash then redelivers up to an
-interval's replies more, which the core ignores as duplicates).
+interval's replies more, which the core ignores as duplicates); ``max_pending`` replies
+submitted meanwhile end the wait early, bounding what a crash of a busy worker redelivers.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ log = logging.getLogger(__name__)
 class OffsetCommitter:
     """One background committer per consumer: ``start()``, ``submit()`` …, ``stop()``."""
 
-    def __init__(self, consumer: Any, *, name: str = "worker", interval: float = 0.0) -> None:
+    def __init__(self, consumer: Any, *, name: str = "worker", interval: float = 0.0,
+                 max_pending: int = 0) -> None:
         self._consumer = consumer
         self._name = name
         self._interval = interval
+        self._max_pending = max_pending
+        self._pending_count = 0
         self._stopping = asyncio.Event()
+        self._full = asyncio.Event()
         self._pending: dict[TopicPartition, OffsetAndMetadata] = {}
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
@@ -42,8 +47,12 @@ class OffsetCommitter:
         #: OffsetCommit requests sent (for tests and logs).
         self.commits = 0
 
-    def submit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` soon (a later offset of a partition replaces an earlier one)."""
+    def submit(self, offsets: dict[TopicPartition, OffsetAndMetadata], count: int = 1) -> None:
+        """Commit ``offsets`` soon (a later offset of a partition replaces an earlier one);
+        ``count``: the messages they cover (for ``max_pending``)."""
+        self._pending_count += count
+        if self._max_pending and self._pending_count >= self._max_pending:
+            self._full.set()
         for tp, offset in offsets.items():
             current = self._pending.get(tp)
             if current is None or offset.offset > current.offset:
@@ -78,6 +87,8 @@ class OffsetCommitter:
             await self._ready.wait()
             self._ready.clear()
             offsets, self._pending = self._pending, {}
+            self._pending_count = 0
+            self._full.clear()
             try:
                 await self._consumer.commit(offsets)
                 self.commits += 1
@@ -89,5 +100,15 @@ class OffsetCommitter:
             if not self._pending:
                 self._idle.set()
             if self._interval and not self._stopping.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self._interval)
+                await self._wait_interval()
+
+    async def _wait_interval(self) -> None:
+        """Sleep ``interval``, or less once stopping or ``max_pending`` messages are pending."""
+        waits = [asyncio.ensure_future(self._stopping.wait()),
+                 asyncio.ensure_future(self._full.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self._interval,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()

@@ -167,12 +167,14 @@ class Worker:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=s.reply_batch_size,
+            fetch_max_wait_ms=int(s.reply_fetch_max_wait.total_seconds() * 1000),
             **s.kafka_security.client_kwargs(),
         )
         self._consumer = consumer  # stop() closes it should start-up be cancelled
         await open_with_retry(consumer.start, what="Kafka")
         self._offsets = OffsetCommitter(
-            consumer, name=self.name, interval=s.reply_commit_interval.total_seconds())
+            consumer, name=self.name, interval=s.reply_commit_interval.total_seconds(),
+            max_pending=s.reply_commit_max_pending)
         await self._offsets.start()
         self._tasks = [
             asyncio.create_task(self._reply_loop(), name=f"{self.name}-replies"),
@@ -313,7 +315,7 @@ class Worker:
         already); the next fetch does not wait for the OffsetCommit round trip."""
         offsets = {tp: OffsetAndMetadata(part[-1].offset + 1, "") for tp, part in batch.items()}
         assert self._offsets is not None
-        self._offsets.submit(offsets)
+        self._offsets.submit(offsets, count=sum(len(part) for part in batch.values()))
 
     # -- timer loop -------------------------------------------------------------------------
 
