@@ -17,6 +17,7 @@ from coordinator.engine.decision import InvalidTransition
 from coordinator.engine.machine import node_edges
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.timeouts import timeout_timer_id
+from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.nodes import (
     ChildSaga,
     Choice,
@@ -27,7 +28,6 @@ from coordinator.language.nodes import (
     Sleep,
     WaitForSignal,
 )
-from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.saga import DefinitionError, Saga
 from coordinator.language.tasks import HumanTask
 from coordinator.language.timeouts import human
