@@ -1,7 +1,8 @@
 """``python -m bench.peers --smoke`` runs sagaflow and DTM side by side end to end (a harness
-check, never the speed). Needs the peers folder (``SAGAFLOW_PEERS_DIR`` or ../shared/peers),
-which a clean CI machine does not have; the parsing, ratios, targets and table are unit-tested
-on recorded peer output in tests/unit/test_peer_report.py."""
+check, never the speed). Opt-in: it runs when ``SAGAFLOW_PEERS_DIR`` names the peers folder
+(building DTM takes minutes and its harness starts a Postgres of its own, so a test run never
+does it by surprise); the parsing, ratios, targets and table are unit-tested on recorded peer
+output in tests/unit/test_peer_report.py."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ PEERS = default_peers_dir()
 DTM_BUILD = Path(os.environ.get("WORK", "/tmp/peer-dtm")) / "build" / "dtm"
 
 
+@pytest.mark.skipif(not os.environ.get("SAGAFLOW_PEERS_DIR"),
+                    reason="opt-in: set SAGAFLOW_PEERS_DIR to the peers folder")
 @pytest.mark.skipif(not (PEERS / "dtm" / "run.sh").is_file(),
-                    reason=f"no DTM peer harness at {PEERS}/dtm/run.sh (set SAGAFLOW_PEERS_DIR)")
+                    reason=f"no DTM peer harness at {PEERS}/dtm/run.sh")
 @pytest.mark.skipif(shutil.which("go") is None and not DTM_BUILD.exists(),
                     reason="the DTM harness needs Go to build DTM")
 def test_peers_smoke(pg_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
