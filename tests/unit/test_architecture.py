@@ -1,4 +1,5 @@
-"""The layer contracts (architecture.toml) hold and catch a forbidden import; modules stay small."""
+"""The layer contracts (architecture.toml) hold and catch a forbidden import; modules stay small
+and the coordinator's top level holds only its entry modules."""
 
 from __future__ import annotations
 
@@ -53,3 +54,12 @@ def test_no_module_of_the_three_packages_is_over_500_lines() -> None:
             for path in (ROOT / name).rglob("*.py")
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > 500}
     assert long == {}
+
+
+#: The only modules at the coordinator's top level: everything else sits in its package by
+#: role (docs/architecture.md), so a newcomer reads the architecture from the tree.
+TOP_LEVEL = {"__init__.py", "__main__.py", "_moved.py", "client.py"}
+
+
+def test_the_coordinators_top_level_holds_only_its_entry_modules() -> None:
+    assert {p.name for p in (ROOT / "coordinator").glob("*.py")} == TOP_LEVEL

@@ -26,6 +26,7 @@ from coordinator.engine import (
 from coordinator.engine.compiled import CompiledGroup, CompiledStep, GroupKind
 from coordinator.engine.machine import SAGA_EDGES, node_edges
 from coordinator.engine.simulate import Simulator
+from coordinator.engine.updates import declared_updates
 from coordinator.language.flow_nodes import Catch, Loop
 from coordinator.language.nodes import (
     ChildSaga,
@@ -40,6 +41,10 @@ from coordinator.language.nodes import (
 )
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep, TccStep
 from coordinator.language.tasks import Approval, Escalation, HumanTask
+from coordinator.language.updates import Update
+from coordinator.store.errors import TooManySignals
+from coordinator.store.update_errors import SagaFinishedForUpdates
+from coordinator.testing.updates import send_update
 from participant_sdk.protocol import CommandEnvelope, ErrorKind, Outcome, Phase
 
 FAST = RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=10))
@@ -217,10 +222,28 @@ def tree_steps(draw: st.DrawFn) -> tuple[Any, ...]:
     return tuple(draw(nodes(names)) for _ in range(draw(st.integers(1, 3))))
 
 
+def _even(ctx: Any, update: dict[str, Any]) -> str | None:
+    return None if update["n"] % 2 == 0 else "odd numbers are refused"
+
+
+def _noted(ctx: Any, update: dict[str, Any]) -> dict[str, Any]:
+    return {"n": update["n"], "at": ctx.now.isoformat(), "done": sorted(ctx.results)}
+
+
+def updates_for(signals: Any) -> tuple[Update, ...]:
+    """An update the random driver sends to every tree (a validator refusing odd numbers, a
+    result from the context), and one per signal its waits declare that delivers it."""
+    return (Update("note", validate=_even, apply=_noted),
+            *(Update(f"{name}_now", validate=_even, apply=_noted, signal=name)
+              for name in sorted(signals)))
+
+
 def compile_tree(steps: tuple[Any, ...], **attrs: Any) -> CompiledSaga:
-    cls = type("RandomTree", (Saga,), {"name": "tree", "version": 1,
-                                       "input_model": TreeInput, "steps": steps, **attrs})
-    return compile_saga(cls)
+    base = {"name": "tree", "version": 1, "input_model": TreeInput, "steps": steps, **attrs}
+    if "updates" not in attrs:  # the waits' signals decide which signalling updates exist
+        bare = compile_saga(type("RandomTree", (Saga,), base))
+        base["updates"] = updates_for(bare.signals)
+    return compile_saga(type("RandomTree", (Saga,), base))
 
 
 @st.composite
@@ -321,7 +344,7 @@ TASK_ACTS = [("claim", "u", "approve"), ("claim", "x", "approve"), ("unclaim", "
              ("complete", "v", "approve")]
 REPLIES = [Outcome.OK, Outcome.OK, Outcome.OK, Outcome.REJECTED, Outcome.FAILED]
 ACTIONS = ["reply", "reply", "reply", "reply", "duplicate", "timer", "timer", "drop",
-           "repair", "signal", "task"]
+           "repair", "signal", "task", "update"]
 
 
 @dataclass
@@ -331,6 +354,8 @@ class Run:
     #: Accepted repairs that may leave an effect applied on purpose (skip, resolve).
     by_hand: bool = False
     cancelled: bool = False
+    #: The updates' stored answers, by (saga id, update id), as the store keeps them.
+    answers: dict[Any, Any] = field(default_factory=dict)
 
 
 def drive_randomly(data: st.DataObject, run: Run, steps: int = 60) -> None:
@@ -352,6 +377,15 @@ def drive_randomly(data: st.DataObject, run: Run, steps: int = 60) -> None:
             name = data.draw(st.sampled_from(sorted(sim.definition.signals)), label="signal")
             sim.signal(name, signal_id=data.draw(st.sampled_from(["s1", "s2", "s3"]),
                                                  label="signal id"))
+        elif action == "update" and (names := sorted(declared_updates(sim.definition))):
+            name = data.draw(st.sampled_from(names), label="update")
+            n = data.draw(st.integers(0, 3), label="update n")
+            update_id = f"{name}-{data.draw(st.integers(0, 2), label='update id')}"
+            try:
+                answer = send_update(sim, run.answers, name, {"n": n}, update_id)
+            except (SagaFinishedForUpdates, TooManySignals):
+                continue
+            assert (answer.outcome == "accepted") is (n % 2 == 0) or answer.duplicate, answer
         elif action == "task" and (open_ := sorted(
                 t["id"] for t in sim.tasks.values() if t["state"] == "open")):
             task = data.draw(st.sampled_from(open_), label="task")

@@ -59,7 +59,7 @@ from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.signals import kept_over_bound
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.updates import update_signal_id
-from coordinator.kit_updates import send_update, stored_answer
+from coordinator.testing.updates import send_update, stored_answer
 from coordinator.language.business_key import business_key_of
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
@@ -338,7 +338,7 @@ class SagaRun:
     async def update(self, name: str, payload: BaseModel | dict[str, Any] | None = None, *,
                      update_id: str | None = None) -> UpdateAnswer:
         """Send an update as the API does, then run until idle; the answer (``outcome``,
-        ``result`` or ``reason``), refusals as the store's (see ``kit_updates``)."""
+        ``result`` or ``reason``), refusals as the store's (see ``coordinator.testing.updates``)."""
         body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         answer = send_update(self.sim, self.family.update_answers, name, body,
                              update_id or str(uuid.uuid4()))
