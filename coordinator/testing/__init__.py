@@ -59,7 +59,6 @@ from coordinator.engine.nested import answer_unknown_child, refuse_child
 from coordinator.engine.signals import kept_over_bound
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.updates import update_signal_id
-from coordinator.testing.updates import send_update, stored_answer
 from coordinator.language.business_key import business_key_of
 from coordinator.language.nodes import ChildSaga
 from coordinator.language.saga import Saga
@@ -70,6 +69,7 @@ from coordinator.store.errors import SagaConflict, SagaFinished, TooManySignals
 from coordinator.store.records import SignalResult
 from coordinator.store.signals import signal_payload
 from coordinator.store.updates import UpdateAnswer
+from coordinator.testing.updates import send_update, stored_answer
 from participant_sdk import Participant
 from participant_sdk.testing import ParticipantHarness
 
