@@ -117,12 +117,7 @@ async def cmd_worker(args: argparse.Namespace, settings: CoordinatorSettings) ->
 
     configure_telemetry("sagaflow-coordinator")
     tune_gc(settings.gc_thresholds)
-    registry = _registry(settings)
-    # Which saga types this worker runs, and from where (a class or a definition file).
-    logging.getLogger("coordinator.worker").info(
-        "sagas: %s (from %s)", ", ".join(f"{c.name} v{c.version}" for c in registry.types()),
-        ", ".join(settings.sagas))
-    await Worker(settings, registry).run()
+    await Worker(settings, _registry(settings)).run()
     return 0
 
 

@@ -38,7 +38,7 @@ def test_demo_runs_orders_and_checkouts_to_completion_and_to_compensation(
     assert done.returncode == 0, out + done.stderr
     assert ("as YAML definitions" if definitions == "yaml" else "as Python classes") in out
     worker_log = (DEMO_HOME / "demo" / "coordinator.log").read_text()
-    loaded = re.search(r"sagas: .* \(from (.*)\)$", worker_log, re.M)
+    loaded = re.search(r"started \(group .*; sagas: .* from (.*)\)$", worker_log, re.M)
     assert loaded is not None, worker_log
     assert ("examples/order_saga.yaml" in loaded[1]) is (definitions == "yaml"), loaded[0]
     assert "== order that completes" in out and "-> completed" in out

@@ -181,7 +181,10 @@ class Worker:
             asyncio.create_task(self._timer_loop(), name=f"{self.name}-timers"),
             asyncio.create_task(self._schedule_loop(), name=f"{self.name}-schedules"),
         ]
-        log.info("%s started (group %s)", self.name, s.group_id)
+        # Which saga types this worker runs, and from where (classes or definition files).
+        log.info("%s started (group %s; sagas: %s%s)", self.name, s.group_id,
+                 ", ".join(f"{c.name} v{c.version}" for c in self.registry.types()),
+                 f" from {', '.join(s.sagas)}" if s.sagas else "")
 
     def _live(self) -> str | None:
         """Liveness: every loop still runs (``run`` exits when one crashes; this catches an
