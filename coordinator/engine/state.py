@@ -8,12 +8,13 @@ only once it was entered; the active configuration is the set of keys in an acti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
 from participant_sdk.protocol import Phase
 
@@ -267,7 +268,10 @@ class SagaState(BaseModel):
     format_version: int = Field(default=STATE_FORMAT_VERSION, ge=1, le=STATE_FORMAT_VERSION)
     stage: Stage = Stage.FORWARD
     input: dict[str, Any]
-    steps: dict[str, StepState]
+    #: By node key; a :class:`~coordinator.engine.stepmap.StepMap` in the states the engine
+    #: makes (it shares what a decision did not change), a dict in states read from JSON.
+    steps: Annotated[Mapping[str, StepState],
+                     PlainSerializer(dict, return_type=dict[str, StepState])]
     #: Why the saga is rolling back, dead, cancelled or resolved.
     reason: str | None = None
     trace_context: dict[str, str] = Field(default_factory=dict)

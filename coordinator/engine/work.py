@@ -26,6 +26,7 @@ from coordinator.engine.state import (
     replace,
     trusted,
 )
+from coordinator.engine.stepmap import Editable, editable
 from coordinator.engine.tree import CompiledSaga, CompiledStep, StepKind
 from participant_sdk.protocol import PROTOCOL_VERSION, CommandEnvelope, Phase
 
@@ -74,7 +75,7 @@ class Work:
         self.tasks: list[TaskChange] = []
         self.notes: list[str] = []
         #: The steps mapping this decision built (safe to edit in place), if any.
-        self._own_steps: dict[str, StepState] | None = None
+        self._own_steps: Editable | None = None
         #: Keys of the nodes created or replaced, in the order first touched (an ordered set).
         self.touched: dict[str, None] = {}
         #: Every phase and status change made, as (key or "", node or "", from, to); the
@@ -102,12 +103,12 @@ class Work:
     def saga_id(self) -> uuid.UUID:
         return self._state.saga_id  # never changes
 
-    def _steps(self) -> dict[str, StepState]:
-        steps: dict[str, StepState] = self._pending.get("steps", self._state.steps)
+    def _steps(self) -> Mapping[str, StepState]:
+        steps: Mapping[str, StepState] = self._pending.get("steps", self._state.steps)
         return steps
 
     @property
-    def steps(self) -> dict[str, StepState]:
+    def steps(self) -> Mapping[str, StepState]:
         """The steps built so far, by key (read-only: edit with :meth:`update_step`)."""
         return self._steps()
 
@@ -142,11 +143,10 @@ class Work:
 
     def _own(self, key: str, state: StepState) -> None:
         steps = self._steps()
-        if self._own_steps is not steps:
-            steps = dict(steps)
-            self._own_steps = steps
-        steps[key] = state
-        self._pending["steps"] = steps
+        if self._own_steps is not steps:  # the first edit of this decision
+            steps = self._own_steps = editable(steps)
+            self._pending["steps"] = steps
+        steps.set(key, state)
         self.touched[key] = None
 
     def next_completion(self) -> int:
