@@ -7,12 +7,13 @@ keys changed or added since: a decision copies only the delta, and the delta is 
 new base once it has grown to a fraction of it (the copy is then paid once for many
 decisions). It reads and iterates exactly as the dict it stands for: keys in insertion order
 (a changed key keeps its place, a new key goes last), so nothing that walks the mapping sees
-a difference. Keys are never removed.
+a difference; a walk over every key (already O(n)) flattens it once into a dict it keeps.
+Keys are never removed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Final
 
 __all__ = ["Editable", "StepMap", "editable"]
@@ -25,10 +26,19 @@ _FOLD_AT: Final = 32
 class StepMap(Mapping[str, Any]):
     """``base`` (never modified) overlaid by ``delta`` (never modified once published)."""
 
-    __slots__ = ("_base", "_delta", "_len")
+    __slots__ = ("_base", "_delta", "_flat", "_len")
 
     def __init__(self, base: dict[str, Any], delta: dict[str, Any], length: int) -> None:
         self._base, self._delta, self._len = base, delta, length
+        self._flat: dict[str, Any] | None = None
+
+    def flat(self) -> dict[str, Any]:
+        """The whole mapping as one dict, made on the first walk over every key and kept (a
+        walk is O(n) anyway; this makes it run at a dict's speed). Never modify it."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = {**self._base, **self._delta} if self._delta else self._base
+        return flat
 
     def __getitem__(self, key: str) -> Any:
         delta = self._delta
@@ -47,16 +57,21 @@ class StepMap(Mapping[str, Any]):
         return self._len
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._base
-        base = self._base
-        for key in self._delta:
-            if key not in base:
-                yield key
+        return iter(self.flat())
+
+    def items(self) -> ItemsView[str, Any]:
+        return self.flat().items()
+
+    def values(self) -> ValuesView[Any]:
+        return self.flat().values()
+
+    def keys(self) -> KeysView[str]:
+        return self.flat().keys()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):
             return NotImplemented
-        return len(self) == len(other) and dict(self.items()) == dict(other.items())
+        return len(self) == len(other) and self.flat() == dict(other.items())
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -86,3 +101,4 @@ class Editable(StepMap):
         if key not in self._delta and key not in self._base:
             self._len += 1
         self._delta[key] = value
+        self._flat = None  # a walk during the decision sees this write
