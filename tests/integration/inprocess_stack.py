@@ -1,6 +1,7 @@
 """The whole stack in the test's process, on real Postgres and Kafka: a worker, a relay and
 participant runners, the coordinator's database and, separately, the participants' own with
-an ``effects`` table their handlers write (no tests here).
+an ``effects`` table their handlers write (no tests here); ``Desk``, a participant that books
+and unbooks into it.
 
 Tests that need real processes (kills, restarts) use the chaos suite's stack instead.
 """
@@ -20,13 +21,39 @@ from coordinator.runtime.worker import Worker
 from coordinator.sagas.registry import SagaRegistry
 from coordinator.store import SagaStore
 from outbox_relay import Relay, RelaySettings
-from participant_sdk import Participant, ParticipantRunner, ParticipantSettings
+from participant_sdk import (
+    HandlerContext,
+    Participant,
+    ParticipantRunner,
+    ParticipantSettings,
+    on_action,
+    on_compensate,
+)
 from participant_sdk.protocol import command_topic, reply_topic
 from tests.integration.test_store_support import migrated
 from tests.integration.test_worker_support import create_topics
 
 EFFECTS_DDL = ("CREATE TABLE effects (id bigserial PRIMARY KEY, saga_id uuid, step text,"
                " kind text, at timestamptz DEFAULT clock_timestamp())")
+
+
+class Desk(Participant):
+    """``book`` and its compensation, each recorded in ``effects`` as ``booked``/``unbooked``."""
+
+    name = "desk"
+
+    @on_action("book")
+    async def book(self, ctx: HandlerContext, body: dict[str, Any]) -> None:
+        await _effect(ctx, "booked")
+
+    @on_compensate("book")
+    async def unbook(self, ctx: HandlerContext, body: dict[str, Any]) -> None:
+        await _effect(ctx, "unbooked")
+
+
+async def _effect(ctx: HandlerContext, kind: str) -> None:
+    await ctx.conn.execute("INSERT INTO effects (saga_id, step, kind) VALUES ($1, $2, $3)",
+                           ctx.saga_id, ctx.step, kind)
 
 
 @contextlib.asynccontextmanager

@@ -21,13 +21,7 @@ from coordinator.engine import OperatorRepair, RepairVerb
 from coordinator.language.nodes import Sleep
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep
 from coordinator.store import SagaStore
-from participant_sdk import (
-    HandlerContext,
-    Participant,
-    on_action,
-    on_compensate,
-)
-from tests.integration.inprocess_stack import inprocess_stack
+from tests.integration.inprocess_stack import Desk, inprocess_stack
 from tests.integration.test_store_support import verify_all
 
 pytestmark = pytest.mark.integration
@@ -49,19 +43,6 @@ class Napping(Saga):
         SagaStep("after", "desk", "book", compensable=True, retry=QUICK),
     )
 
-
-class Desk(Participant):
-    name = "desk"
-
-    @on_action("book")
-    async def book(self, ctx: HandlerContext, body: NapInput) -> None:
-        await ctx.conn.execute("INSERT INTO effects (saga_id, step, kind) VALUES ($1, $2, $3)",
-                               ctx.saga_id, ctx.step, "booked")
-
-    @on_compensate("book")
-    async def unbook(self, ctx: HandlerContext, body: NapInput) -> None:
-        await ctx.conn.execute("INSERT INTO effects (saga_id, step, kind) VALUES ($1, $2, $3)",
-                               ctx.saga_id, ctx.step, "unbooked")
 
 
 @pytest.fixture

@@ -23,9 +23,8 @@ from coordinator.engine.work import message_id
 from coordinator.language.nodes import ChildSaga, WaitForSignal
 from coordinator.language.saga import RetryPolicy, Saga, SagaStep
 from coordinator.store import SagaStore
-from participant_sdk import HandlerContext, Participant, on_action, on_compensate
 from participant_sdk.protocol import Phase
-from tests.integration.inprocess_stack import inprocess_stack
+from tests.integration.inprocess_stack import Desk, inprocess_stack
 from tests.integration.test_store_support import verify_all
 
 pytestmark = pytest.mark.integration
@@ -63,19 +62,6 @@ class TimedParent(Saga):
     timeout = LIMIT
     steps = (book("charge"), ChildSaga("ship_it", SlowChild, deadline=timedelta(hours=1)))
 
-
-class Desk(Participant):
-    name = "desk"
-
-    @on_action("book")
-    async def book(self, ctx: HandlerContext, body: Order) -> None:
-        await ctx.conn.execute("INSERT INTO effects (saga_id, step, kind) VALUES ($1, $2, $3)",
-                               ctx.saga_id, ctx.step, "booked")
-
-    @on_compensate("book")
-    async def unbook(self, ctx: HandlerContext, body: Order) -> None:
-        await ctx.conn.execute("INSERT INTO effects (saga_id, step, kind) VALUES ($1, $2, $3)",
-                               ctx.saga_id, ctx.step, "unbooked")
 
 
 @pytest.fixture
