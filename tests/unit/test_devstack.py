@@ -115,3 +115,22 @@ def test_wait_until_takes_one_missed_look_for_a_starting_process_not_an_exit() -
                      alive=lambda: next(looks))
     with pytest.raises(ServiceError, match="x: process exited"):
         procs.wait_until(lambda: False, timeout=5, what="x", interval=0, alive=lambda: False)
+
+
+def test_jaeger_build_runs_niced_so_a_demo_starting_beside_it_keeps_the_cores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from devstack import jaeger
+
+    ran: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: object) -> str:
+        ran.append(list(argv))
+        Path(argv[argv.index("-o") + 1]).write_bytes(b"")
+        return ""
+
+    monkeypatch.setattr(jaeger.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(jaeger.procs, "run", fake_run)
+    jaeger.build_binary(tmp_path / "jaeger")
+    assert ran[0][:3] == ["nice", "-n", "19"]
+    assert ran[0][3:5] == ["/usr/bin/go", "build"]
+    assert (tmp_path / "jaeger").is_file()
