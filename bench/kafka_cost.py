@@ -2,7 +2,8 @@
 
 Starts one stack per ``--variant`` (as ``python -m bench``: ``before:repo=PATH``, settings,
 ...) with every process's Kafka requests counted by type on the clients' side
-(``bench/kafka_requests.py``, which says why not the broker's JMX), runs the 3-step TCC saga
+(``bench/kafka_requests.py``) and, with ``--broker-jmx``, the broker's own request counters
+around each window (``bench/broker_metrics.py``: broker-wide), runs the 3-step TCC saga
 closed loop at each ``--inflight`` on each stack in turn (the order reversed each time), then
 leaves each stack idle. Prints requests per saga message by type (Produce, Fetch, FetchEmpty =
 fetches answered with no record, OffsetCommit, Heartbeat, Metadata, ...), the broker's CPU per
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import broker_metrics
 from bench.measure import _request_deltas
 from bench.stack import KAFKA_BROKER, RESULTS, Stack
 
@@ -68,13 +70,39 @@ async def measure(args: argparse.Namespace, variants: dict[str, dict[str, Any]]
         for conc in args.inflight:
             for name in order:
                 await stacks[name].vacuum()
+                before = await _broker(args)
                 closed = await _closed(stacks[name], _driver, args.saga, 3, conc, 2.0,
                                        args.duration, breakdown=False)
-                out[name]["inflight"][str(conc)] = _summary(closed)
+                out[name]["inflight"][str(conc)] = {
+                    **_summary(closed), "broker": await _broker_delta(args, before)}
             order.reverse()
         for name in order:
+            before, start = await _broker(args), time.monotonic()
             out[name]["idle"] = await _idle(stacks[name], args.idle)
+            out[name]["idle"]["broker"] = await _broker_delta(args, before, start)
     return out
+
+
+async def _broker(args: argparse.Namespace) -> broker_metrics.BrokerCounts | None:
+    if args.broker_jmx is None:
+        return None
+    return await asyncio.to_thread(broker_metrics.read, args.broker_jmx)
+
+
+async def _broker_delta(args: argparse.Namespace, before: broker_metrics.BrokerCounts | None,
+                        start: float | None = None) -> dict[str, Any] | None:
+    """The broker's requests since ``before``: per message produced, or per second since
+    ``start`` (an idle window)."""
+    after = await _broker(args)
+    if before is None or after is None:
+        return None
+    delta = after.minus(before)
+    if start is not None:
+        seconds = time.monotonic() - start
+        return {"per_s": {k: v / seconds for k, v in sorted(delta.requests.items())},
+                "messages_in": delta.messages_in}
+    return {"per_message": delta.per_message(), "messages_in": delta.messages_in,
+            "requests": delta.requests}
 
 
 def render(results: dict[str, Any]) -> str:
@@ -90,10 +118,26 @@ def render(results: dict[str, Any]) -> str:
                 f"{s['messages_per_saga']:.2f} msgs/saga; requests/msg "
                 f"{s['requests']['per_message_total']:.3f} ({kinds}, other {other:.3f}); "
                 f"broker CPU ms/msg {'-' if broker is None else f'{broker:.3f}'}")
+            if s.get("broker") and s["broker"]["per_message"]:
+                lines.append("   the broker's own counters, requests/msg: " + _kinds(
+                    s["broker"]["per_message"]) + f" ({s['broker']['messages_in']} messages)")
         idle = run["idle"]
         lines.append(f"{name} idle: {idle['per_s_total']:.2f} requests/s ("
                      + ", ".join(f"{k} {v:.2f}" for k, v in idle["per_s"].items()) + ")")
+        if idle.get("broker"):
+            lines.append("   the broker's own counters, requests/s: "
+                         + _kinds(idle["broker"]["per_s"]))
     return "\n".join(lines)
+
+
+#: The broker's request types shown apart (``Fetch`` counts consumers' and followers').
+BROKER_TYPES = ("Produce", "FetchConsumer", "OffsetCommit", "Heartbeat", "Metadata")
+
+
+def _kinds(per: dict[str, float]) -> str:
+    other = sum(v for k, v in per.items() if k not in BROKER_TYPES and k != "Fetch")
+    return ", ".join([*(f"{k} {per.get(k, 0.0):.3f}" for k in BROKER_TYPES),
+                      f"other {other:.3f}"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=15.0, help="window per measurement, s")
     p.add_argument("--idle", type=float, default=10.0, help="idle window per stack, s")
     p.add_argument("--output", type=Path, default=None)
+    jmx = os.environ.get("SAGAFLOW_TEST_KAFKA_JMX_PORT")
+    p.add_argument("--broker-jmx", type=int, default=int(jmx) if jmx else None, metavar="PORT",
+                   help="also read the broker's own request counters over JMX on this port "
+                        "(devstack's broker: $SAGAFLOW_TEST_KAFKA_JMX_PORT); broker-wide, so "
+                        "exact only while nothing else uses the broker")
     args = p.parse_args(argv)
     if args.duration <= 0 or args.idle <= 0 or not args.inflight or min(args.inflight) < 1:
         p.error("--duration and --idle must be positive, --inflight counts at least 1")

@@ -4,8 +4,8 @@ count every request its Kafka clients send to the broker, by request type.
 The bench's ``count_kafka`` stacks start every process through this file (by path, so a
 ``repo=`` variant's older checkout is counted the same way). Counting on the clients' side is
 what isolates one stack on a broker that other test runs share: the broker's own JMX request
-metrics (``kafka.network:type=RequestMetrics``) are broker-wide, and devstack's broker has no
-JMX port (opening one means restarting or attaching an agent to a shared service). Every
+metrics (``kafka.network:type=RequestMetrics``, read by ``bench/broker_metrics.py``) are
+broker-wide. Every
 request an aiokafka client sends goes through ``AIOKafkaConnection.send``; Fetch answers
 that carried no record are counted apart (``FetchEmpty``): the broker did the work for
 nothing. The counts are written to OUT.json (atomically) whenever they changed, at most

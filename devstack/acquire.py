@@ -12,6 +12,7 @@ ENV_KAFKA = "SAGAFLOW_TEST_KAFKA_BOOTSTRAP"
 ENV_JAEGER_OTLP = "SAGAFLOW_TEST_JAEGER_OTLP"  # OTLP/HTTP base URL, e.g. http://127.0.0.1:4318
 ENV_PGBOUNCER = "SAGAFLOW_TEST_PGBOUNCER_URL"  # PgBouncer (transaction mode) in front of Postgres
 ENV_JAEGER_QUERY = "SAGAFLOW_TEST_JAEGER_QUERY"  # query API base URL, e.g. http://127.0.0.1:16686
+ENV_KAFKA_JMX = "SAGAFLOW_TEST_KAFKA_JMX_PORT"  # the single broker's JMX port (bench.kafka_cost)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from devstack.acquire import (
     ENV_JAEGER_OTLP,
     ENV_JAEGER_QUERY,
     ENV_KAFKA,
+    ENV_KAFKA_JMX,
     ENV_PGBOUNCER,
     ENV_POSTGRES,
 )
@@ -50,13 +51,16 @@ def _parser() -> argparse.ArgumentParser:
 def fixture_env(settings: Settings, *, ha: bool = False) -> dict[str, str]:
     """The SAGAFLOW_TEST_* variables that point the test fixtures at the local services."""
     ha_settings = HaSettings.from_env() if ha else None
-    return {
+    env = {
         ENV_POSTGRES: ha_settings.postgres_url if ha_settings else settings.postgres_url,
         ENV_KAFKA: ha_settings.kafka_bootstrap if ha_settings else settings.kafka_bootstrap,
         ENV_JAEGER_OTLP: settings.jaeger_otlp_url,
         ENV_JAEGER_QUERY: settings.jaeger_query_url,
         ENV_PGBOUNCER: Pgbouncer(settings).url,
     }
+    if ha_settings is None:  # the cluster's nodes open no JMX port
+        env[ENV_KAFKA_JMX] = str(settings.kafka_jmx_port)
+    return env
 
 
 def app_env(settings: Settings, *, ha: bool = False) -> dict[str, str]:

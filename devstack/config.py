@@ -21,6 +21,8 @@ PORT_DEFAULTS: dict[str, int] = {
     "SAGAFLOW_PG_PORT": 55432,
     "SAGAFLOW_KAFKA_PORT": 19092,
     "SAGAFLOW_KAFKA_CONTROLLER_PORT": 19093,
+    # the broker's JMX (127.0.0.1 only): its own request metrics, read by bench.kafka_cost
+    "SAGAFLOW_KAFKA_JMX_PORT": 19098,
     "SAGAFLOW_JAEGER_OTLP_GRPC_PORT": 4317,
     "SAGAFLOW_JAEGER_OTLP_HTTP_PORT": 4318,
     "SAGAFLOW_JAEGER_QUERY_PORT": 16686,
@@ -44,6 +46,7 @@ class Settings:
     pg_port: int = 55432
     kafka_port: int = 19092
     kafka_controller_port: int = 19093
+    kafka_jmx_port: int = 19098
     jaeger_otlp_grpc_port: int = 4317
     jaeger_otlp_http_port: int = 4318
     jaeger_query_port: int = 16686
@@ -60,6 +63,7 @@ class Settings:
             pg_port=ports["SAGAFLOW_PG_PORT"],
             kafka_port=ports["SAGAFLOW_KAFKA_PORT"],
             kafka_controller_port=ports["SAGAFLOW_KAFKA_CONTROLLER_PORT"],
+            kafka_jmx_port=ports["SAGAFLOW_KAFKA_JMX_PORT"],
             jaeger_otlp_grpc_port=ports["SAGAFLOW_JAEGER_OTLP_GRPC_PORT"],
             jaeger_otlp_http_port=ports["SAGAFLOW_JAEGER_OTLP_HTTP_PORT"],
             jaeger_query_port=ports["SAGAFLOW_JAEGER_QUERY_PORT"],

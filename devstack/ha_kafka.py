@@ -56,6 +56,9 @@ class KafkaNode(Kafka):
     def healthy(self) -> bool:
         return procs.port_open(self.settings.kafka_port)
 
+    def jmx_options(self) -> list[str]:
+        return []  # three nodes would share the one port
+
     def cluster_id(self) -> str:
         return self.ensure_cluster_id()
 

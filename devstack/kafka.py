@@ -120,9 +120,24 @@ class Kafka(Service):
     def _java(self, main: str, *args: str) -> str:
         return procs.run(self._java_argv(main, *args), timeout=120, cwd=self.dir)
 
+    def jmx_options(self) -> list[str]:
+        """JMX on 127.0.0.1 only, without authentication: the broker's own request metrics
+        for ``python -m bench.kafka_cost`` (a local development broker, never a deployed one)."""
+        port = self.settings.kafka_jmx_port
+        return [
+            "-Dcom.sun.management.jmxremote",
+            f"-Dcom.sun.management.jmxremote.port={port}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={port}",
+            f"-Dcom.sun.management.jmxremote.host={HOST}",
+            f"-Djava.rmi.server.hostname={HOST}",
+            "-Dcom.sun.management.jmxremote.authenticate=false",
+            "-Dcom.sun.management.jmxremote.ssl=false",
+        ]
+
     def start(self) -> None:
+        argv = self._java_argv("kafka.Kafka", str(self.properties))
         procs.spawn_detached(
-            self._java_argv("kafka.Kafka", str(self.properties)),
+            [argv[0], *self.jmx_options(), *argv[1:]],
             pid_file=self.dir / "kafka.pid",
             log_file=self.stdout_file,
             cwd=self.dir,
