@@ -180,29 +180,37 @@ async def run_in_transaction(
     """The barrier algorithm, inside one open transaction.
 
     Rollback phases first insert a ``blocked`` marker for their forward phase: if it goes in,
-    the try/action never ran (null compensation), and the marker refuses it if it comes late.
-    Then every phase inserts its own row; a conflict means a duplicate, answered from the row.
-    Insert-before-read makes concurrent try and cancel serialise on the unique key.
+    the try/action never ran (null compensation), and the marker refuses it if it comes late
+    (:meth:`~participant_sdk.barrier.BarrierStore.claim_rollback`, one statement on
+    Postgres). Then every phase inserts its own row; a conflict means a duplicate, answered
+    from the row. Insert-before-read makes concurrent try and cancel serialise on the unique
+    key.
+
+    The own row goes in with the outcome it will have if the handler returns nothing
+    (``ok``): until this transaction commits no one else can read it, and a handler that
+    fails or refuses rolls it back. Only a handler's result (or a verdict the claim could not
+    reach) costs a second write, the settle.
     """
     key = BarrierKey(command.saga_id, command.step, command.phase)
-    null_compensation = False
+    null_compensation: bool | None = False
     if command.phase.is_rollback:
         marker = BarrierRecord(
             BarrierReason.BLOCKED, Outcome.REJECTED, error=_REFUSED, message_id=command.message_id
         )
-        if await tx.barrier.insert(key.origin(), marker):
-            null_compensation = True
-        else:
-            origin = await tx.barrier.get(key.origin())
-            null_compensation = origin is None or origin.outcome is not Outcome.OK
-
-    pending = BarrierRecord(BarrierReason.HANDLED, None, message_id=command.message_id)
-    if not await tx.barrier.insert(key, pending):
+        claim = await tx.barrier.claim_rollback(key, marker, command.message_id)
+        inserted, null_compensation = claim.inserted, claim.null_compensation
+    else:
+        inserted = await tx.barrier.insert(key, _claimed(False, command))
+    if not inserted:
         stored = await tx.barrier.get(key)
         if stored is None or stored.outcome is None:  # pragma: no cover - impossible once committed
             raise RuntimeError(f"barrier row {key} vanished or is unsettled")
         log.info("duplicate command %s for %s: replaying stored reply", command.message_id, key)
         return make_reply(command, stored.outcome, result=stored.result, error=stored.error)
+    claimed = _claimed(bool(null_compensation), command)
+    if null_compensation is None:  # the forward row committed while the claim waited for it
+        origin = await tx.barrier.get(key.origin())
+        null_compensation = origin is None or origin.outcome is not Outcome.OK
 
     if null_compensation:
         record = BarrierRecord(
@@ -222,9 +230,16 @@ async def run_in_transaction(
         record = BarrierRecord(
             BarrierReason.HANDLED, Outcome.OK, result=result, message_id=command.message_id
         )
-    await tx.barrier.settle(key, record)
+    if record != claimed:
+        await tx.barrier.settle(key, record)
     return make_reply(command, record.outcome or Outcome.OK, result=record.result,
                       error=record.error)
+
+
+def _claimed(null_compensation: bool, command: CommandEnvelope) -> BarrierRecord:
+    """The own row as first inserted: ``ok``, and a null compensation when known to be one."""
+    reason = BarrierReason.NULL_COMPENSATION if null_compensation else BarrierReason.HANDLED
+    return BarrierRecord(reason, Outcome.OK, message_id=command.message_id)
 
 
 class _Rejected(Exception):
