@@ -193,27 +193,30 @@ async def run_in_transaction(
     """
     key = BarrierKey(command.saga_id, command.step, command.phase)
     null_compensation: bool | None = False
+    claimed = BarrierRecord(BarrierReason.HANDLED, Outcome.OK, message_id=command.message_id)
     if command.phase.is_rollback:
         marker = BarrierRecord(
             BarrierReason.BLOCKED, Outcome.REJECTED, error=_REFUSED, message_id=command.message_id
         )
         claim = await tx.barrier.claim_rollback(key, marker, command.message_id)
         inserted, null_compensation = claim.inserted, claim.null_compensation
+        if null_compensation:
+            claimed = BarrierRecord(BarrierReason.NULL_COMPENSATION, Outcome.OK,
+                                    message_id=command.message_id)
     else:
-        inserted = await tx.barrier.insert(key, _claimed(False, command))
+        inserted = await tx.barrier.insert(key, claimed)
     if not inserted:
         stored = await tx.barrier.get(key)
         if stored is None or stored.outcome is None:  # pragma: no cover - impossible once committed
             raise RuntimeError(f"barrier row {key} vanished or is unsettled")
         log.info("duplicate command %s for %s: replaying stored reply", command.message_id, key)
         return make_reply(command, stored.outcome, result=stored.result, error=stored.error)
-    claimed = _claimed(bool(null_compensation), command)
     if null_compensation is None:  # the forward row committed while the claim waited for it
         origin = await tx.barrier.get(key.origin())
         null_compensation = origin is None or origin.outcome is not Outcome.OK
 
     if null_compensation:
-        record = BarrierRecord(
+        record = claimed if claimed.reason is BarrierReason.NULL_COMPENSATION else BarrierRecord(
             BarrierReason.NULL_COMPENSATION, Outcome.OK, message_id=command.message_id
         )
     else:
@@ -227,19 +230,13 @@ async def run_in_transaction(
                 BarrierReason.HANDLED, Outcome.REJECTED, result=exc.details, error=error,
                 message_id=command.message_id,
             )) from exc
-        record = BarrierRecord(
+        record = claimed if result is None else BarrierRecord(
             BarrierReason.HANDLED, Outcome.OK, result=result, message_id=command.message_id
         )
     if record != claimed:
         await tx.barrier.settle(key, record)
     return make_reply(command, record.outcome or Outcome.OK, result=record.result,
                       error=record.error)
-
-
-def _claimed(null_compensation: bool, command: CommandEnvelope) -> BarrierRecord:
-    """The own row as first inserted: ``ok``, and a null compensation when known to be one."""
-    reason = BarrierReason.NULL_COMPENSATION if null_compensation else BarrierReason.HANDLED
-    return BarrierRecord(reason, Outcome.OK, message_id=command.message_id)
 
 
 class _Rejected(Exception):
