@@ -21,7 +21,13 @@ from typing import Any, Protocol
 
 import pydantic
 
-from participant_sdk.barrier import BarrierKey, BarrierReason, BarrierRecord, BarrierStore
+from participant_sdk.barrier import (
+    BarrierKey,
+    BarrierReason,
+    BarrierRecord,
+    BarrierStore,
+    claim_rollback_in_steps,
+)
 from participant_sdk.errors import BusinessRejection, error_kind_for, is_transient
 from participant_sdk.handlers import Handler, HandlerContext
 from participant_sdk.metrics import ParticipantMetrics
@@ -198,7 +204,10 @@ async def run_in_transaction(
         marker = BarrierRecord(
             BarrierReason.BLOCKED, Outcome.REJECTED, error=_REFUSED, message_id=command.message_id
         )
-        claim = await tx.barrier.claim_rollback(key, marker, command.message_id)
+        claim_rollback = getattr(tx.barrier, "claim_rollback", None)
+        claim = await (claim_rollback(key, marker, command.message_id)
+                       if claim_rollback is not None  # a store written before the claim
+                       else claim_rollback_in_steps(tx.barrier, key, marker, command.message_id))
         inserted, null_compensation = claim.inserted, claim.null_compensation
         if null_compensation:
             claimed = BarrierRecord(BarrierReason.NULL_COMPENSATION, Outcome.OK,

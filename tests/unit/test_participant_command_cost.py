@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
+from participant_sdk.handlers import HandlerContext, Participant, on_cancel, on_confirm, on_try
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.partitioning import KeyHashPartitioner
 from participant_sdk.protocol import (
@@ -20,6 +22,7 @@ from participant_sdk.protocol import (
     make_reply,
     reply_message_id,
 )
+from participant_sdk.testing import ParticipantHarness, _StagedBarrier
 
 
 def test_reply_message_id_is_uuid5() -> None:
@@ -67,3 +70,47 @@ def test_metrics_count_every_command_on_the_kept_children() -> None:
     assert sample("sagaflow_participant_commands_total",
                   {**labels, "outcome": "rejected", "error_kind": "business"}) == 1
     assert sample("sagaflow_participant_command_duration_seconds_count", labels) == 4
+
+
+class _Holds(Participant):
+    name = "holds"
+
+    @on_try("hold")
+    async def hold(self, ctx: HandlerContext, body: dict[str, Any]) -> dict[str, Any]:
+        return {"held": True}
+
+    @on_confirm("hold")
+    async def confirm(self, ctx: HandlerContext, body: dict[str, Any]) -> None:
+        return None
+
+    @on_cancel("hold")
+    async def cancel(self, ctx: HandlerContext, body: dict[str, Any]) -> None:
+        return None
+
+
+async def _rollback_story() -> tuple[list[tuple[str, str | None]], dict[Any, Any]]:
+    harness = ParticipantHarness(_Holds())
+    tried, untried = uuid.uuid4(), uuid.uuid4()
+    for saga, phase in ((tried, Phase.TRY), (tried, Phase.CANCEL), (tried, Phase.CANCEL),
+                        (untried, Phase.CANCEL), (untried, Phase.TRY)):
+        await harness.send(harness.command("hold", phase, {}, saga_id=saga, step="s"))
+    replies = [(r.outcome.value, r.error.kind.value if r.error else None)
+               for r in harness.replies]
+    rows = {(k.saga_id == tried, k.phase.value): (v.reason.value, v.outcome)
+            for k, v in harness.barrier.rows.items()}
+    return replies, rows
+
+
+async def test_a_barrier_store_without_the_claim_answers_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store written before ``claim_rollback`` (insert, get and settle only) still serves
+    cancels: the executor claims in steps."""
+    with_claim = await _rollback_story()
+    monkeypatch.delattr(_StagedBarrier, "claim_rollback")
+    assert await _rollback_story() == with_claim
+    replies, rows = with_claim
+    assert replies == [("ok", None), ("ok", None), ("ok", None), ("ok", None),
+                       ("rejected", "barrier_refused")]
+    assert rows[(False, "cancel")][0] == "null_compensation"
+    assert rows[(True, "cancel")][0] == "handled"
