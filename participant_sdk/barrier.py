@@ -85,6 +85,72 @@ class BarrierStore(Protocol):
     async def settle(self, key: BarrierKey, record: BarrierRecord) -> None:
         """Overwrite the row inserted by this transaction with its final outcome."""
 
+    async def claim_rollback(self, key: BarrierKey, marker: BarrierRecord,
+                             message_id: uuid.UUID | None) -> RollbackClaim:
+        """For a cancel/compensation: insert ``marker`` for its forward phase unless that has
+        a row, judge whether this is a null compensation, and insert this phase's own row
+        (``ok``, its reason by that judgement) unless it has one. See :class:`RollbackClaim`."""
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackClaim:
+    """What :meth:`BarrierStore.claim_rollback` found.
+
+    ``inserted``: this phase's own row went in (else a duplicate: answer from the row).
+    ``null_compensation``: the forward phase never ran or was refused (the row went in as
+    ``null_compensation``), or it committed ``ok`` (``False``, row ``handled``); ``None`` when
+    the forward row committed while the claim waited for it, so the claim could not see it:
+    the row went in as ``handled`` and the caller reads the forward row in a fresh statement.
+    """
+
+    inserted: bool
+    null_compensation: bool | None
+
+
+async def claim_rollback_in_steps(store: BarrierStore, key: BarrierKey, marker: BarrierRecord,
+                                  message_id: uuid.UUID | None) -> RollbackClaim:
+    """:meth:`BarrierStore.claim_rollback` from ``insert`` and ``get`` (the in-memory store)."""
+    origin_key = key.origin()
+    if await store.insert(origin_key, marker):
+        null_compensation = True
+    else:
+        origin = await store.get(origin_key)
+        null_compensation = origin is None or origin.outcome is not Outcome.OK
+    reason = BarrierReason.NULL_COMPENSATION if null_compensation else BarrierReason.HANDLED
+    inserted = await store.insert(key, BarrierRecord(reason, Outcome.OK, message_id=message_id))
+    return RollbackClaim(inserted, null_compensation)
+
+
+#: One statement for :meth:`PgBarrierStore.claim_rollback`. The forward row is read in the
+#: statement's snapshot: a committed row is final, so when visible it decides; when the marker
+#: conflicted with a row committed after the snapshot (the insert waited for it), the verdict
+#: is NULL and the caller reads it again. The own row's insert reads the verdict, so the
+#: marker is always inserted (its key locked) first, as with two statements.
+_CLAIM_ROLLBACK = f"""
+WITH marker AS (
+    INSERT INTO {BARRIER_TABLE} (saga_id, step, phase, reason, outcome, result, error, message_id)
+    VALUES ($1, $2, $3, $5, $6, $7::jsonb, $8::jsonb, $9)
+    ON CONFLICT (saga_id, step, phase) DO NOTHING
+    RETURNING 1
+), origin AS (
+    SELECT outcome FROM {BARRIER_TABLE} WHERE saga_id = $1 AND step = $2 AND phase = $3
+), verdict AS (
+    SELECT CASE
+        WHEN EXISTS (SELECT FROM marker) THEN true
+        WHEN EXISTS (SELECT FROM origin) THEN (SELECT outcome FROM origin) IS DISTINCT FROM 'ok'
+    END AS null_compensation
+), own AS (
+    INSERT INTO {BARRIER_TABLE} (saga_id, step, phase, reason, outcome, message_id)
+    SELECT $1, $2, $4,
+           CASE WHEN verdict.null_compensation THEN 'null_compensation' ELSE 'handled' END,
+           'ok', $10
+    FROM verdict
+    ON CONFLICT (saga_id, step, phase) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT FROM own) AS inserted, (SELECT null_compensation FROM verdict) AS verdict
+"""  # noqa: S608
+
 
 class PgBarrierStore:
     """:class:`BarrierStore` on an asyncpg connection inside a transaction."""
@@ -133,6 +199,16 @@ class PgBarrierStore:
             key.phase.value,
             *_columns(record),
         )
+
+
+    async def claim_rollback(self, key: BarrierKey, marker: BarrierRecord,
+                             message_id: uuid.UUID | None) -> RollbackClaim:
+        """The claim in one round trip (:data:`_CLAIM_ROLLBACK`), not two or three."""
+        origin = key.origin()
+        row = await self._conn.fetchrow(
+            _CLAIM_ROLLBACK, key.saga_id, key.step, origin.phase.value, key.phase.value,
+            *_columns(marker), message_id)
+        return RollbackClaim(bool(row["inserted"]), row["verdict"])
 
 
 def _columns(record: BarrierRecord) -> tuple[Any, ...]:

@@ -28,6 +28,7 @@ from participant_sdk.dead_letters import install_dead_letters
 from participant_sdk.executor import LocalRetry
 from participant_sdk.handlers import Participant
 from participant_sdk.metrics import ParticipantMetrics
+from participant_sdk.partitioning import KeyHashPartitioner
 from participant_sdk.pools import create_pool
 from participant_sdk.records import KafkaRecord
 from participant_sdk.settings import ParticipantSettings
@@ -163,6 +164,7 @@ class CommandBatchHandler:
                 producer = AIOKafkaProducer(
                     bootstrap_servers=s.kafka_bootstrap,
                     enable_idempotence=True,
+                    partitioner=KeyHashPartitioner(),
                     acks="all",
                     client_id=f"sagaflow-participant-{self.participant.name}",
                     **s.kafka_security.client_kwargs(),

@@ -21,7 +21,13 @@ from typing import Any, Protocol
 
 import pydantic
 
-from participant_sdk.barrier import BarrierKey, BarrierReason, BarrierRecord, BarrierStore
+from participant_sdk.barrier import (
+    BarrierKey,
+    BarrierReason,
+    BarrierRecord,
+    BarrierStore,
+    claim_rollback_in_steps,
+)
 from participant_sdk.errors import BusinessRejection, error_kind_for, is_transient
 from participant_sdk.handlers import Handler, HandlerContext
 from participant_sdk.metrics import ParticipantMetrics
@@ -180,32 +186,46 @@ async def run_in_transaction(
     """The barrier algorithm, inside one open transaction.
 
     Rollback phases first insert a ``blocked`` marker for their forward phase: if it goes in,
-    the try/action never ran (null compensation), and the marker refuses it if it comes late.
-    Then every phase inserts its own row; a conflict means a duplicate, answered from the row.
-    Insert-before-read makes concurrent try and cancel serialise on the unique key.
+    the try/action never ran (null compensation), and the marker refuses it if it comes late
+    (:meth:`~participant_sdk.barrier.BarrierStore.claim_rollback`, one statement on
+    Postgres). Then every phase inserts its own row; a conflict means a duplicate, answered
+    from the row. Insert-before-read makes concurrent try and cancel serialise on the unique
+    key.
+
+    The own row goes in with the outcome it will have if the handler returns nothing
+    (``ok``): until this transaction commits no one else can read it, and a handler that
+    fails or refuses rolls it back. Only a handler's result (or a verdict the claim could not
+    reach) costs a second write, the settle.
     """
     key = BarrierKey(command.saga_id, command.step, command.phase)
-    null_compensation = False
+    null_compensation: bool | None = False
+    claimed = BarrierRecord(BarrierReason.HANDLED, Outcome.OK, message_id=command.message_id)
     if command.phase.is_rollback:
         marker = BarrierRecord(
             BarrierReason.BLOCKED, Outcome.REJECTED, error=_REFUSED, message_id=command.message_id
         )
-        if await tx.barrier.insert(key.origin(), marker):
-            null_compensation = True
-        else:
-            origin = await tx.barrier.get(key.origin())
-            null_compensation = origin is None or origin.outcome is not Outcome.OK
-
-    pending = BarrierRecord(BarrierReason.HANDLED, None, message_id=command.message_id)
-    if not await tx.barrier.insert(key, pending):
+        claim_rollback = getattr(tx.barrier, "claim_rollback", None)
+        claim = await (claim_rollback(key, marker, command.message_id)
+                       if claim_rollback is not None  # a store written before the claim
+                       else claim_rollback_in_steps(tx.barrier, key, marker, command.message_id))
+        inserted, null_compensation = claim.inserted, claim.null_compensation
+        if null_compensation:
+            claimed = BarrierRecord(BarrierReason.NULL_COMPENSATION, Outcome.OK,
+                                    message_id=command.message_id)
+    else:
+        inserted = await tx.barrier.insert(key, claimed)
+    if not inserted:
         stored = await tx.barrier.get(key)
         if stored is None or stored.outcome is None:  # pragma: no cover - impossible once committed
             raise RuntimeError(f"barrier row {key} vanished or is unsettled")
         log.info("duplicate command %s for %s: replaying stored reply", command.message_id, key)
         return make_reply(command, stored.outcome, result=stored.result, error=stored.error)
+    if null_compensation is None:  # the forward row committed while the claim waited for it
+        origin = await tx.barrier.get(key.origin())
+        null_compensation = origin is None or origin.outcome is not Outcome.OK
 
     if null_compensation:
-        record = BarrierRecord(
+        record = claimed if claimed.reason is BarrierReason.NULL_COMPENSATION else BarrierRecord(
             BarrierReason.NULL_COMPENSATION, Outcome.OK, message_id=command.message_id
         )
     else:
@@ -219,10 +239,11 @@ async def run_in_transaction(
                 BarrierReason.HANDLED, Outcome.REJECTED, result=exc.details, error=error,
                 message_id=command.message_id,
             )) from exc
-        record = BarrierRecord(
+        record = claimed if result is None else BarrierRecord(
             BarrierReason.HANDLED, Outcome.OK, result=result, message_id=command.message_id
         )
-    await tx.barrier.settle(key, record)
+    if record != claimed:
+        await tx.barrier.settle(key, record)
     return make_reply(command, record.outcome or Outcome.OK, result=record.result,
                       error=record.error)
 

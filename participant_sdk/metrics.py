@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from participant_sdk.protocol import CommandEnvelope, ReplyEnvelope
@@ -32,11 +34,18 @@ class ParticipantMetrics:
             registry=self.registry,
         )
 
+        #: The labelled children, by label values: ``labels()`` validates and looks them up
+        #: under a lock on every call (~5 us a command); the handlers set the few values.
+        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
+
     def observe(self, command: CommandEnvelope, reply: ReplyEnvelope, seconds: float) -> None:
         kind = reply.error.kind.value if reply.error is not None else ""
-        self.commands.labels(
-            command.participant, command.action, command.phase.value, reply.outcome.value, kind
-        ).inc()
-        self.duration.labels(command.participant, command.action, command.phase.value).observe(
-            seconds
-        )
+        values = (command.participant, command.action, command.phase.value, reply.outcome.value,
+                  kind)
+        children = self._children.get(values)
+        if children is None:
+            children = (self.commands.labels(*values), self.duration.labels(*values[:3]))
+            if len(self._children) < 4096:  # bad commands carry any action name
+                self._children[values] = children
+        children[0].inc()
+        children[1].observe(seconds)

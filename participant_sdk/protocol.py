@@ -12,6 +12,7 @@ is written in its command's version.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from enum import StrEnum
 from typing import Annotated, Any, Final, TypeVar
@@ -268,9 +269,20 @@ KIND_REPLY: Final = "reply"
 REPLY_ID_NAMESPACE: Final = uuid.UUID("6b1f1c3e-4a52-5d8e-9f0a-2c7d3e9b8a41")
 
 
+_REPLY_ID_PREFIX: Final = REPLY_ID_NAMESPACE.bytes
+#: ``uuid.uuid5``'s version (5) and variant (RFC 4122) bits, applied to the hash directly.
+_UUID5_CLEAR: Final = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID5_SET: Final = (5 << 76) | (0x8000 << 48)
+
+
 def reply_message_id(command_message_id: uuid.UUID) -> uuid.UUID:
-    """The deterministic id of the reply to a command: a re-sent reply carries the same id."""
-    return uuid.uuid5(REPLY_ID_NAMESPACE, str(command_message_id))
+    """The deterministic id of the reply to a command: a re-sent reply carries the same id.
+
+    ``uuid5(REPLY_ID_NAMESPACE, str(command_message_id))``, computed without ``uuid5``'s
+    detour through the bytes constructor (a third of its time, on every reply)."""
+    digest = hashlib.sha1(_REPLY_ID_PREFIX + str(command_message_id).encode(),
+                          usedforsecurity=False).digest()
+    return uuid.UUID(int=(int.from_bytes(digest[:16], "big") & _UUID5_CLEAR) | _UUID5_SET)
 
 
 def make_reply(

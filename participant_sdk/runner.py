@@ -33,6 +33,7 @@ from participant_sdk.handlers import Handler, Participant
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.metrics import ParticipantMetrics
 from participant_sdk.offsets import OffsetTracker
+from participant_sdk.partitioning import KeyHashPartitioner
 from participant_sdk.pools import create_pool
 from participant_sdk.probes import ProbeServer, database_answers, tasks_alive
 from participant_sdk.protocol import (
@@ -144,6 +145,7 @@ class ParticipantRunner:
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.kafka_bootstrap,
             enable_idempotence=True,
+            partitioner=KeyHashPartitioner(),
             acks="all",
             linger_ms=int(s.linger.total_seconds() * 1000),
             client_id=f"sagaflow-participant-{self.name}",

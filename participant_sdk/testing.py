@@ -24,7 +24,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from participant_sdk.barrier import BarrierKey, BarrierRecord
+from participant_sdk.barrier import (
+    BarrierKey,
+    BarrierRecord,
+    RollbackClaim,
+    claim_rollback_in_steps,
+)
 from participant_sdk.executor import CommandTransaction, LocalRetry, execute
 from participant_sdk.handlers import Handler, Participant
 from participant_sdk.metrics import ParticipantMetrics
@@ -63,6 +68,10 @@ class _StagedBarrier:
 
     async def settle(self, key: BarrierKey, record: BarrierRecord) -> None:
         self._tx._barrier_writes[key] = record
+
+    async def claim_rollback(self, key: BarrierKey, marker: BarrierRecord,
+                             message_id: uuid.UUID | None) -> RollbackClaim:
+        return await claim_rollback_in_steps(self, key, marker, message_id)
 
 
 class MemoryTransaction:

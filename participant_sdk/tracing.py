@@ -9,6 +9,7 @@ header; the first one is the one continued.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,12 +18,18 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from participant_sdk.logging_config import saga_context
+from participant_sdk.logging_config import current_saga_id, saga_context
 from participant_sdk.protocol import CommandEnvelope, Outcome, ReplyEnvelope
+from participant_sdk.trace_passthrough import Inherited, default_propagation, inherit
 
 __all__ = ["carrier", "consumer_span", "enabled", "inject_headers", "record_reply"]
 
 _TRACER_NAME = "participant_sdk"
+
+#: What :func:`consumer_span` carries on when not tracing: :func:`inject_headers` returns its
+#: headers while its context is the current one.
+_inherited: contextvars.ContextVar[Inherited | None] = contextvars.ContextVar(
+    "sagaflow_inherited_trace", default=None)
 
 
 def enabled() -> bool:
@@ -58,11 +65,17 @@ def consumer_span(
     if not enabled():
         # Not tracing here: carry the command's context on unchanged, so that the reply still
         # continues the saga's trace (as a W3C intermediary that records nothing should).
-        token = otel_context.attach(propagate.extract(carrier(headers)))
+        inherited = inherit(headers) if default_propagation() else None
+        context = (inherited.context if inherited is not None
+                   else propagate.extract(carrier(headers)))
+        token = otel_context.attach(context)
+        saga_token = current_saga_id.set(str(command.saga_id))
+        inherited_token = _inherited.set(inherited)
         try:
-            with saga_context(command.saga_id):
-                yield trace.INVALID_SPAN
+            yield trace.INVALID_SPAN
         finally:
+            _inherited.reset(inherited_token)
+            current_saga_id.reset(saga_token)
             otel_context.detach(token)
         return
     parent = propagate.extract(carrier(headers))
@@ -111,7 +124,10 @@ def record_reply(span: Span, reply: ReplyEnvelope) -> None:
 
 
 def inject_headers() -> list[tuple[str, bytes]]:
-    """The current trace context as Kafka headers (empty when tracing is off)."""
+    """The current trace context as Kafka headers (empty when there is none)."""
+    inherited = _inherited.get()
+    if inherited is not None and otel_context.get_current() is inherited.context:
+        return list(inherited.headers)
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return [(key, value.encode()) for key, value in carrier.items()]
