@@ -9,6 +9,7 @@ being cancelled: never confirmed.
 
 from __future__ import annotations
 
+from coordinator.engine import quiet
 from coordinator.engine.nodes import base, foreach
 from coordinator.engine.nodes.base import Progress, Scope
 from coordinator.engine.nodes.leaf import go_dead, send_finish
@@ -65,17 +66,23 @@ def _items(w: Work, node: CompiledGroup, key: str, scope: Scope,
         return Progress.DONE
     cap, walked, active = node.max_concurrency, state.walked, 0
     waiting = False
-    for child, child_key, child_scope in foreach.children(w, node, key, scope, walked):
-        if cap is not None and active >= cap and not _confirming(w, child, child_key,
-                                                                 child_scope):
+    body, inner = node.children[0], Scope(scope.prefix, key, scope.item, scope.index)
+    marks = w.quiet.own(key, quiet.CONFIRM)
+    for index in range(walked, state.count or 0):
+        mark = marks.get(index)  # the answer of its last visit, if nothing changed since
+        child_key = foreach.item_key(key, index) if not mark else ""
+        if (not mark and cap is not None and active >= cap
+                and not _confirming(w, body, child_key, inner)):
             waiting = True
-            break  # items confirm in order, as running confirms finish
-        progress = confirm(w, child, child_key, child_scope, undoing)
-        if progress is Progress.FAILED:
-            return progress
-        if progress is Progress.WAITING:
+            break  # items confirm in order, as running confirms finish (one waiting is)
+        if mark is None:
+            progress = confirm(w, body, child_key, inner, undoing)
+            if progress is Progress.FAILED:
+                return progress
+            mark = marks[index] = progress is Progress.WAITING
+        if mark:
             waiting, active = True, active + 1
-        elif child_key == foreach.item_key(key, walked):
+        elif index == walked:
             walked += 1
     if walked != state.walked:
         w.update_step(key, walked=walked)

@@ -16,6 +16,7 @@ from coordinator.engine.decision import (
     TimerRequest,
 )
 from coordinator.engine.events import Event, ParentRequest, TimerKind
+from coordinator.engine.quiet import NEUTRAL, Quiet
 from coordinator.engine.state import (
     Outstanding,
     ParentLink,
@@ -83,6 +84,9 @@ class Work:
         self.moves: list[tuple[str, str, str, str]] = []
         #: Why the latest forward failure happened, and where (the rollback's reason).
         self.failure: tuple[str, str] | None = None
+        #: What the walks know about the for-each items (``engine.quiet``); published with
+        #: the steps mapping this decision makes.
+        self.quiet = Quiet.inherit(state.steps, definition)
 
     # -- state edits -------------------------------------------------------------------------
 
@@ -131,7 +135,24 @@ class Work:
         status = changes.get("status")
         if status is not None and status != self.get("status"):
             self.moves.append(("", "", self.get("status").value, status.value))
+        if not changes.keys() <= NEUTRAL:
+            self._forget_quiet()
         self._pending.update(changes)
+
+    def _forget_quiet(self) -> None:
+        """A saga field a walk may read changed: no item's mark holds any more. The mapping
+        this decision started from keeps its marks (they describe that state), so publish a
+        mapping of our own."""
+        self.quiet.forget()
+        steps = self._steps()
+        if self._own_steps is not steps and getattr(steps, "memo", None) is not None:
+            self._fork(steps)
+
+    def _fork(self, steps: Mapping[str, StepState]) -> Editable:
+        own = self._own_steps = editable(steps)
+        own.memo = self.quiet
+        self._pending["steps"] = own
+        return own
 
     def create(self, key: str, node: str, parent: str | None, **fields: Any) -> StepState:
         """The first state of a node instance entered now (``pending`` unless given)."""
@@ -144,10 +165,11 @@ class Work:
     def _own(self, key: str, state: StepState) -> None:
         steps = self._steps()
         if self._own_steps is not steps:  # the first edit of this decision
-            steps = self._own_steps = editable(steps)
-            self._pending["steps"] = steps
+            steps = self._fork(steps)
         steps.set(key, state)
         self.touched[key] = None
+        if self.quiet.marks:
+            self.quiet.edited(key)
 
     def next_completion(self) -> int:
         """The next number in the order in which nodes completed."""

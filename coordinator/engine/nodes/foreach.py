@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from coordinator.engine import quiet
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
@@ -48,7 +49,12 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     inner = Scope(scope.prefix, key, scope.item, scope.index)
     active, done = 0, True
     settled = state.settled
+    marks = w.quiet.own(key, quiet.FORWARD)
     for index in range(state.settled, state.count or 0):
+        if marks.get(index):  # waiting, and nothing it reads changed since (engine.quiet)
+            active += 1
+            done = False
+            continue
         ik = item_key(key, index)
         phase = w.step(ik).phase
         if phase is StepPhase.SUCCEEDED:
@@ -64,6 +70,7 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         if progress is Progress.WAITING:
             active += 1
             done = False
+            marks[index] = True
         else:
             settled += index == settled
     if settled != state.settled:
@@ -107,21 +114,29 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     order from the ``walked`` mark (the items below it are all undone), so a reply costs the
     same whatever the number of items."""
     state = w.steps.get(key)
-    cap, walked = node.max_concurrency, state.walked if state is not None else 0
+    if state is None:
+        return Progress.DONE  # never entered: no item to undo
+    cap, walked = node.max_concurrency, state.walked
     waiting, active = False, 0
-    for child, child_key, child_scope in children(w, node, key, scope, walked):
-        if cap is not None and active >= cap and not _undoing(w, child, child_key,
-                                                             child_scope):
+    body, inner = node.children[0], Scope(scope.prefix, key, scope.item, scope.index)
+    marks = w.quiet.own(key, quiet.UNDO)
+    for index in range(walked, state.count or 0):
+        mark = marks.get(index)  # the answer of its last visit, if nothing changed since
+        child_key = item_key(key, index) if not mark else ""
+        if (not mark and cap is not None and active >= cap
+                and not _undoing(w, body, child_key, inner)):
             waiting = True
-            break  # its turn comes as a running undo finishes
-        progress = base.undo(w, child, child_key, child_scope)
-        if progress is Progress.FAILED:
-            return progress
-        if progress is Progress.WAITING:
+            break  # its turn comes as a running undo finishes (one waiting is running)
+        if mark is None:
+            progress = base.undo(w, body, child_key, inner)
+            if progress is Progress.FAILED:
+                return progress
+            mark = marks[index] = progress is Progress.WAITING
+        if mark:  # an undo waiting under it: in flight, so it counts against the bound
             waiting, active = True, active + 1
-        elif child_key == item_key(key, walked):
+        elif index == walked:
             walked += 1
-    if state is not None and walked != state.walked:
+    if walked != state.walked:
         w.update_step(key, walked=walked)
     return Progress.WAITING if waiting else Progress.DONE
 
