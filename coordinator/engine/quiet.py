@@ -5,7 +5,9 @@ A for-each with ten items in flight used to visit all ten on every reply: each a
 node states and of a few saga fields (the kept signals, the branches being undone, the stage
 and status, ...): visited again with none of them changed, it answers the same and changes
 nothing. So each walk (``forward``, ``confirm``, ``undo``) marks the items it visited with
-their answer (waiting or done), and skips a marked item on the next walk, taking its answer.
+their answer (waiting or done), and skips a marked item on the next walk, taking its answer;
+confirm and undo also mark the item they stopped at, at the bound, so the next walk stops
+there without looking under it again.
 
 A mark holds only while nothing it depends on changed: every edit of a node under an item
 (:meth:`Quiet.edited`, called by ``Work`` for each node it writes) drops that item's marks,
@@ -24,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["CONFIRM", "FORWARD", "NEUTRAL", "UNDO", "WALKS", "Marks", "Quiet"]
+__all__ = ["CONFIRM", "DONE", "FORWARD", "IDLE", "NEUTRAL", "UNDO", "WAITING", "WALKS",
+           "Marks", "Quiet"]
 
 FORWARD: Final = "forward"
 CONFIRM: Final = "confirm"
@@ -35,8 +38,14 @@ WALKS: Final = (FORWARD, CONFIRM, UNDO)
 #: number, the decision's bookkeeping, the armed timeouts, which only ``timeouts`` reads).
 NEUTRAL: Final = frozenset({"completions", "updated_at", "events_applied", "timeouts"})
 
-#: Item index -> its last answer: True waiting, False done.
-Marks = dict[int, bool]
+#: An item's mark: its last visit answered waiting, or done; or (confirm and undo) the
+#: check at the ``max_concurrency`` bound found nothing in flight under it, and it was left.
+WAITING: Final = 1
+DONE: Final = 2
+IDLE: Final = 3
+
+#: Item index -> its mark.
+Marks = dict[int, int]
 
 
 class Quiet:

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from coordinator.engine import CompiledSaga, Decision, InvalidTransition, advance, compile_saga
 from coordinator.engine.events import Event
 from coordinator.engine.nodes import base
-from coordinator.engine.quiet import Quiet
+from coordinator.engine.quiet import WAITING, Quiet
 from coordinator.engine.simulate import Simulator
 from coordinator.engine.state import SagaState, replace
 from coordinator.language.nodes import ForEach, Parallel, WaitForSignal
@@ -205,9 +205,9 @@ def test_marks_travel_only_with_the_mapping_they_describe() -> None:
     state = sim.current
     commands = list(sim.pending.values())
     memo = state.steps.memo  # type: ignore[attr-defined]
-    assert isinstance(memo, Quiet) and memo.marks["lines"] == {0: True, 1: True, 2: True}
+    assert isinstance(memo, Quiet) and memo.marks["lines"] == {0: WAITING, 1: WAITING, 2: WAITING}
     sim.reply_to(commands[0])
-    assert memo.marks["lines"] == {0: True, 1: True, 2: True}  # the old state's, untouched
+    assert memo.marks["lines"] == {0: WAITING, 1: WAITING, 2: WAITING}  # the old state's, untouched
     assert Quiet.inherit(dict(state.steps), definition).marks == {}
     assert Quiet.inherit(state.steps, _hold_each(3)).marks == {}
     assert Quiet.inherit(SagaState.from_json(state.to_json()).steps, definition).marks == {}

@@ -51,7 +51,7 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     settled = state.settled
     marks = w.quiet.own(key, quiet.FORWARD)
     for index in range(state.settled, state.count or 0):
-        if marks.get(index):  # waiting, and nothing it reads changed since (engine.quiet)
+        if marks.get(index) == quiet.WAITING:  # and nothing it reads changed since
             active += 1
             done = False
             continue
@@ -70,7 +70,7 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         if progress is Progress.WAITING:
             active += 1
             done = False
-            marks[index] = True
+            marks[index] = quiet.WAITING
         else:
             settled += index == settled
     if settled != state.settled:
@@ -121,21 +121,24 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     body, inner = node.children[0], Scope(scope.prefix, key, scope.item, scope.index)
     marks = w.quiet.own(key, quiet.UNDO)
     for index in range(walked, state.count or 0):
-        mark = marks.get(index)  # the answer of its last visit, if nothing changed since
-        child_key = item_key(key, index) if not mark else ""
-        if (not mark and cap is not None and active >= cap
-                and not _undoing(w, body, child_key, inner)):
+        mark = marks.get(index)  # engine.quiet: what it answered, if nothing changed since
+        child_key = "" if mark == quiet.WAITING else item_key(key, index)
+        if mark != quiet.WAITING and cap is not None and active >= cap and (
+                mark == quiet.IDLE or not _undoing(w, body, child_key, inner)):
+            if mark is None:
+                marks[index] = quiet.IDLE
             waiting = True
             break  # its turn comes as a running undo finishes (one waiting is running)
-        if mark is None:
+        if mark is None or mark == quiet.IDLE:
             progress = base.undo(w, body, child_key, inner)
             if progress is Progress.FAILED:
                 return progress
-            mark = marks[index] = progress is Progress.WAITING
-        if mark:  # an undo waiting under it: in flight, so it counts against the bound
+            mark = marks[index] = quiet.WAITING if progress is Progress.WAITING else quiet.DONE
+        if mark == quiet.WAITING:  # an undo in flight under it: it counts against the bound
             waiting, active = True, active + 1
-        elif index == walked:
+        elif index == walked:  # all done below it: its mark is needed no more
             walked += 1
+            marks.pop(index, None)
     if walked != state.walked:
         w.update_step(key, walked=walked)
     return Progress.WAITING if waiting else Progress.DONE
