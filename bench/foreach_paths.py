@@ -6,10 +6,16 @@ The saga is ``bench.foreach_sagas:HoldEach`` (ten items in flight), driven in me
 ``advance`` (``coordinator.engine.simulate.Simulator``); each figure is the CPU time of the
 ``advance`` calls of that path's events (replies, and the operator's retries on the repair
 path) divided by their number. ``bench.foreach_cost`` prints them beside its own figures.
+
+The core runs under the worker's garbage-collector thresholds (``coordinator worker`` calls
+``tune_gc``, as ``bench.timers`` does): at CPython's defaults, the Simulator's history of a
+1,000-item saga, kept in memory as no coordinator keeps it, sets off collections that the
+10-item sagas (freed one by one) never do. ``gc_thresholds=None`` leaves the defaults.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 import uuid
@@ -17,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.foreach_sagas import CONCURRENCY, HoldEach
+from coordinator.config.gc_tuning import WORKER_GC_THRESHOLDS, tune_gc
 from coordinator.engine import compile_saga
 from coordinator.engine.simulate import Simulator
 from participant_sdk.protocol import ErrorKind, Outcome, Phase
@@ -76,9 +83,24 @@ def run_path(path: str, size: int, sagas: int) -> tuple[float, int, int]:
     return spent, events, burst
 
 
-def measure_paths(sizes: Sequence[int], replies: int, rounds: int) -> dict[str, Any]:
+def measure_paths(sizes: Sequence[int], replies: int, rounds: int,
+                  gc_thresholds: tuple[int, int, int] | None = WORKER_GC_THRESHOLDS
+                  ) -> dict[str, Any]:
     """µs per event of each path at each size (median over rounds) and the largest burst of
     commands one decision sent (at most ``CONCURRENCY`` when the bound holds)."""
+    before = gc.get_threshold()
+    if gc_thresholds is not None:
+        tune_gc(gc_thresholds)
+    try:
+        figures = _measure(sizes, replies, rounds)
+    finally:
+        if gc_thresholds is not None:
+            gc.unfreeze()
+            gc.set_threshold(*before)
+    return {**figures, "gc_thresholds": list(gc_thresholds or before)}
+
+
+def _measure(sizes: Sequence[int], replies: int, rounds: int) -> dict[str, Any]:
     run_path("forward", 10, 2)  # warm imports and pydantic's caches
     runs: dict[str, dict[int, list[float]]] = {p: {s: [] for s in sizes} for p in PATHS}
     bursts: dict[str, dict[int, int]] = {p: {} for p in PATHS}
@@ -107,5 +129,6 @@ def render_paths(figures: dict[str, Any]) -> str:
                        for v in values[1:])
         lines.append(row + f"{max(figures['largest_burst'][path].values()):>8}")
     lines.append(f"burst: most commands one decision sent (the bound is "
-                 f"{figures['concurrency']} in flight)")
+                 f"{figures['concurrency']} in flight); gc thresholds "
+                 f"{tuple(figures.get('gc_thresholds', ()))}")
     return "\n".join(lines)

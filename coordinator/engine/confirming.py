@@ -92,7 +92,9 @@ def _items(w: Work, node: CompiledGroup, key: str, scope: Scope,
     return Progress.WAITING if waiting else Progress.DONE
 
 
+_CONFIRMING = frozenset({StepPhase.CONFIRMING})
+
+
 def _confirming(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
     """A confirm under this item is in flight (it counts against the bound)."""
-    return any(w.step(k).phase is StepPhase.CONFIRMING
-               for _, k, _ in base.leaves(w, node, key, scope))
+    return foreach.in_phase(w, node, key, scope, _CONFIRMING)

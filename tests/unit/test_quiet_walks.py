@@ -232,3 +232,41 @@ def test_a_field_change_without_a_node_edit_publishes_a_mapping_without_the_old_
     assert steps is not state.steps and steps == state.steps
     assert not any(steps.memo.marks.values())  # type: ignore[attr-defined]
     assert state.steps.memo.marks["lines"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bound_check_by_key_agrees_with_the_walk_over_leaves(seed: int) -> None:
+    """``foreach.in_phase`` reads a flat body's steps by key; it must answer as the general
+    walk over the item's leaves does, for every item, at every decision, in every phase."""
+    from datetime import UTC, datetime
+
+    from coordinator.engine.nodes import foreach
+    from coordinator.engine.state import StepPhase
+    from coordinator.engine.work import Work
+
+    definition = _hold_each(3)
+    body = definition.root.children[0].children[0]
+    assert foreach._flat_steps(body) == ("hold", "ship")
+    rng = random.Random(seed)
+    sim = Simulator(definition, saga_id=uuid.UUID(int=seed + 1), check_touched=False)
+    sim.start({"count": 8})
+    checked = 0
+    for _ in range(400):
+        w = Work(definition, sim.current, datetime(2026, 1, 2, tzinfo=UTC))
+        scope = base.Scope(parent="lines")
+        for index in range(8):
+            key = f"lines[{index}]"
+            for phase in StepPhase:
+                want = any(w.step(k).phase is phase
+                           for _, k, _ in base.leaves(w, body, key, scope))
+                assert foreach.in_phase(w, body, key, scope, frozenset({phase})) is want
+                checked += want
+        if sim.current.status.value == "dead":
+            sim.repair("retry", step=sim.current.dead_step)
+        elif sim.pending:
+            command = rng.choice(list(sim.pending.values()))
+            outcome, kind = _answer(rng, command, seed % 2 == 0)
+            sim.reply_to(command, outcome, kind=kind)
+        else:
+            break
+    assert checked > 50

@@ -96,7 +96,7 @@ COMPOSITE_EDGES = (
 
 
 def kind_of(node: CompiledNode) -> Kind:
-    return KINDS[node.kind.value]
+    return KINDS[node.kind]  # a StrEnum member finds its value's entry (no ``.value`` lookup)
 
 
 def forward(w: Work, node: CompiledNode, key: str, scope: Scope) -> Progress:

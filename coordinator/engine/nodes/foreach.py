@@ -13,7 +13,7 @@ from coordinator.engine import quiet
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
-from coordinator.engine.tree import CompiledGroup, CompiledNode
+from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work
@@ -144,10 +144,46 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     return Progress.WAITING if waiting else Progress.DONE
 
 
+_UNDOING = frozenset({StepPhase.CANCELLING, StepPhase.COMPENSATING})
+
+
 def _undoing(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
     """An undo under this item is in flight (it counts against the bound)."""
-    return any(w.step(k).phase in (StepPhase.CANCELLING, StepPhase.COMPENSATING)
-               for _, k, _ in base.leaves(w, node, key, scope))
+    return in_phase(w, node, key, scope, _UNDOING)
+
+
+def in_phase(w: Work, body: CompiledNode, key: str, scope: Scope,
+             phases: frozenset[StepPhase]) -> bool:
+    """A step under the item at ``key`` is in one of ``phases``. Asked once per reply, at the
+    bound: an item whose body is a sequence or parallel of steps is read by key."""
+    names = _flat_steps(body)
+    if names is None:
+        return any(w.step(k).phase in phases for _, k, _ in base.leaves(w, body, key, scope))
+    steps = w.steps
+    for name in names:
+        state = steps.get(f"{key}.{name}")
+        if state is not None and state.phase in phases:
+            return True
+    return False
+
+
+#: id of an item body -> (the body, its steps' names, or None when it nests anything else).
+_FLAT: dict[int, tuple[CompiledNode, tuple[str, ...] | None]] = {}
+
+
+def _flat_steps(body: CompiledNode) -> tuple[str, ...] | None:
+    known = _FLAT.get(id(body))
+    if known is not None and known[0] is body:
+        return known[1]
+    names = None
+    if (isinstance(body, CompiledGroup) and body.name.endswith("[]")
+            and body.kind in (GroupKind.SEQUENCE, GroupKind.PARALLEL)
+            and all(isinstance(c, CompiledStep) for c in body.children)):
+        names = tuple(c.name for c in body.children)
+    if len(_FLAT) >= 1024:  # definitions come and go in tests: keep the cache small
+        _FLAT.clear()
+    _FLAT[id(body)] = (body, names)
+    return names
 
 
 def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:
