@@ -206,8 +206,16 @@ def test_marks_travel_only_with_the_mapping_they_describe() -> None:
     commands = list(sim.pending.values())
     memo = state.steps.memo  # type: ignore[attr-defined]
     assert isinstance(memo, Quiet) and memo.marks["lines"] == {0: WAITING, 1: WAITING, 2: WAITING}
-    sim.reply_to(commands[0])
-    assert memo.marks["lines"] == {0: WAITING, 1: WAITING, 2: WAITING}  # the old state's, untouched
+    # A refusal fails the item and starts the rollback (every mark of the decision dropped):
+    # the state it started from keeps its own.
+    sim.reply_to(commands[0], Outcome.REJECTED, kind=ErrorKind.BUSINESS)
+    assert sim.current.stage.value == "rollback"
+    assert memo.marks["lines"] == {0: WAITING, 1: WAITING, 2: WAITING}
+    again = Simulator(definition, check_touched=False)
+    again.state = state
+    again.reply_to(commands[1])
+    assert memo.marks["lines"] == {0: WAITING, 1: WAITING, 2: WAITING}
+    assert again.current.steps.memo.marks["lines"] is not memo.marks["lines"]  # type: ignore[attr-defined]
     assert Quiet.inherit(dict(state.steps), definition).marks == {}
     assert Quiet.inherit(state.steps, _hold_each(3)).marks == {}
     assert Quiet.inherit(SagaState.from_json(state.to_json()).steps, definition).marks == {}
