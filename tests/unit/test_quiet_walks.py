@@ -278,3 +278,48 @@ def test_the_bound_check_by_key_agrees_with_the_walk_over_leaves(seed: int) -> N
         else:
             break
     assert checked > 50
+
+
+def _nested(cap: int | None) -> CompiledSaga:
+    """A for-each of for-eaches whose items race two holds and catch a refused ship."""
+    from coordinator.language.flow_nodes import Catch
+    from coordinator.language.nodes import Race
+
+    inner = ForEach("inner", lambda ctx: list(range(3)), max_concurrency=2, max_items=5, body=(
+        Race("quote", (TccStep("a", "payments", "hold"), TccStep("b", "payments", "hold"))),
+        Catch("safe", body=(SagaStep("ship", "shipping", "ship", compensable=True),),
+              fallback=(TccStep("note", "payments", "note"),), failures=("business",)),
+    ))
+    saga = type("NestedQ", (Saga,), {
+        "name": "nested_q", "input_model": Count,
+        "steps": (ForEach("outer", lambda ctx: list(range(ctx.input.count)),
+                          max_concurrency=cap, max_items=10, body=(inner,)),
+                  TccStep("check", "payments", "check"))})
+    return compile_saga(saga)
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+@pytest.mark.parametrize("seed", range(5))
+def test_nested_for_eaches_with_races_and_catches_decide_as_a_full_walk(
+    cap: int | None, seed: int
+) -> None:
+    rng = random.Random(100 + seed)
+    with compared() as seen:
+        sim = Simulator(_nested(cap), saga_id=uuid.UUID(int=seed + 9), check_touched=False)
+        sim.start({"count": 4})
+        for _ in range(3_000):
+            if sim.current.status.value == "dead":
+                sim.repair("retry", step=sim.current.dead_step)
+                continue
+            if not sim.pending:
+                if not sim.timers:
+                    break
+                sim.fire_next()
+                continue
+            command = rng.choice(list(sim.pending.values()))
+            outcome, kind = _answer(rng, command, seed % 2 == 0)
+            if command.step.endswith(".ship") and rng.random() < 0.3:
+                outcome, kind = Outcome.REJECTED, ErrorKind.BUSINESS  # caught: the fallback
+            sim.reply_to(command, outcome, kind=kind)
+    assert sim.current.status.value in ("completed", "compensated")
+    assert len(seen) > 40
