@@ -26,11 +26,14 @@ _FOLD_AT: Final = 32
 class StepMap(Mapping[str, Any]):
     """``base`` (never modified) overlaid by ``delta`` (never modified once published)."""
 
-    __slots__ = ("_base", "_delta", "_flat", "_len")
+    __slots__ = ("_base", "_delta", "_flat", "_len", "memo")
 
     def __init__(self, base: dict[str, Any], delta: dict[str, Any], length: int) -> None:
         self._base, self._delta, self._len = base, delta, length
         self._flat: dict[str, Any] | None = None
+        #: What the walks know about this mapping's for-each items (``engine.quiet``), set by
+        #: the decision that made it; not part of the mapping's value.
+        self.memo: Any = None
 
     def flat(self) -> dict[str, Any]:
         """The whole mapping as one dict, made on the first walk over every key and kept (a

@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from functools import cached_property
+from hashlib import sha1
+from typing import Any, Final
 
 from coordinator.engine.decision import (
     ChildStart,
@@ -16,6 +18,7 @@ from coordinator.engine.decision import (
     TimerRequest,
 )
 from coordinator.engine.events import Event, ParentRequest, TimerKind
+from coordinator.engine.quiet import NEUTRAL, Quiet
 from coordinator.engine.state import (
     Outstanding,
     ParentLink,
@@ -43,14 +46,44 @@ ACTIVE_PHASE = {
     Phase.COMPENSATE: StepPhase.COMPENSATING,
 }
 
+_NAMESPACE_BYTES: Final = MESSAGE_NAMESPACE.bytes
+_VERSION_5: Final = (0x8000 << 48) | (5 << 76)
+_VERSION_MASK: Final = ~((0xc000 << 48) | (0xf000 << 64))
+
+
 def message_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int) -> uuid.UUID:
     """The command id of one attempt: the same inputs always give the same id."""
-    return uuid.uuid5(MESSAGE_NAMESPACE, f"{saga_id}/{step}/{phase.value}/{attempt}")
+    return _uuid5(f"{saga_id}/{step}/{phase.value}/{attempt}")
+
+
+def _uuid5(name: str) -> uuid.UUID:
+    """``uuid.uuid5(MESSAGE_NAMESPACE, name)``, built without ``UUID.__init__``'s checks
+    (a command's id is made on every send)."""
+    digest = sha1(_NAMESPACE_BYTES + name.encode()).digest()
+    out = object.__new__(uuid.UUID)
+    object.__setattr__(out, "int", int.from_bytes(digest[:16]) & _VERSION_MASK | _VERSION_5)
+    object.__setattr__(out, "is_safe", uuid.SafeUUID.unknown)
+    return out
 
 
 def timer_id(saga_id: uuid.UUID, step: str, phase: Phase, attempt: int, kind: TimerKind) -> str:
     """The id of a durable timer: readable and deterministic."""
     return f"{saga_id}:{step}:{phase.value}:{attempt}:{kind.value}"
+
+
+_BLANK: Final = StepState(key="", node="")
+
+
+def _blank(key: str, node: str, parent: str | None) -> StepState:
+    """``StepState(key=key, node=node, parent=parent)`` without validating the defaults again
+    (a for-each makes one per item and per step it starts)."""
+    new = object.__new__(StepState)
+    object.__setattr__(new, "__dict__", {**_BLANK.__dict__, "key": key, "node": node,
+                                         "parent": parent, "attempts": {}, "budget_from": {}})
+    object.__setattr__(new, "__pydantic_fields_set__", {"key", "node", "parent"})
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new
 
 
 class Work:
@@ -83,6 +116,9 @@ class Work:
         self.moves: list[tuple[str, str, str, str]] = []
         #: Why the latest forward failure happened, and where (the rollback's reason).
         self.failure: tuple[str, str] | None = None
+        #: What the walks know about the for-each items (``engine.quiet``); published with
+        #: the steps mapping this decision makes.
+        self.quiet = Quiet.inherit(state.steps, definition)
 
     # -- state edits -------------------------------------------------------------------------
 
@@ -102,6 +138,11 @@ class Work:
     @property
     def saga_id(self) -> uuid.UUID:
         return self._state.saga_id  # never changes
+
+    @cached_property
+    def saga_text(self) -> str:
+        """``str(saga_id)``, made once: every command and timer id starts with it."""
+        return str(self._state.saga_id)
 
     def _steps(self) -> Mapping[str, StepState]:
         steps: Mapping[str, StepState] = self._pending.get("steps", self._state.steps)
@@ -131,12 +172,28 @@ class Work:
         status = changes.get("status")
         if status is not None and status != self.get("status"):
             self.moves.append(("", "", self.get("status").value, status.value))
+        if not changes.keys() <= NEUTRAL:
+            self._forget_quiet()
         self._pending.update(changes)
+
+    def _forget_quiet(self) -> None:
+        """A saga field a walk may read changed: no item's mark holds any more. The mapping
+        this decision started from keeps its marks (they describe that state), so publish a
+        mapping of our own."""
+        self.quiet.forget()
+        steps = self._steps()
+        if self._own_steps is not steps and getattr(steps, "memo", None) is not None:
+            self._fork(steps)
+
+    def _fork(self, steps: Mapping[str, StepState]) -> Editable:
+        own = self._own_steps = editable(steps)
+        own.memo = self.quiet
+        self._pending["steps"] = own
+        return own
 
     def create(self, key: str, node: str, parent: str | None, **fields: Any) -> StepState:
         """The first state of a node instance entered now (``pending`` unless given)."""
-        state = StepState(key=key, node=node, parent=parent)
-        self._own(key, state)
+        self._own(key, _blank(key, node, parent))
         if fields:
             self.update_step(key, **fields)
         return self.step(key)
@@ -144,10 +201,11 @@ class Work:
     def _own(self, key: str, state: StepState) -> None:
         steps = self._steps()
         if self._own_steps is not steps:  # the first edit of this decision
-            steps = self._own_steps = editable(steps)
-            self._pending["steps"] = steps
+            steps = self._fork(steps)
         steps.set(key, state)
         self.touched[key] = None
+        if self.quiet.marks:
+            self.quiet.edited(key)
 
     def next_completion(self) -> int:
         """The next number in the order in which nodes completed."""
@@ -179,12 +237,13 @@ class Work:
 
     # -- effects -----------------------------------------------------------------------------
 
-    def send(self, key: str, phase: Phase, payload: dict[str, Any]) -> None:
-        """Emit the next attempt of ``phase`` for ``key`` with its deadline timer."""
+    def send(self, key: str, phase: Phase, payload: dict[str, Any], /, **also: Any) -> None:
+        """Emit the next attempt of ``phase`` for ``key`` with its deadline timer (``also``:
+        more fields of the step to write with it, in the same copy)."""
         spec, step = self.spec(key), self.step(key)
         attempt = step.attempt(phase) + 1
         saga_id = self._state.saga_id
-        mid = message_id(saga_id, key, phase, attempt)
+        mid = _uuid5(f"{self.saga_text}/{key}/{phase.value}/{attempt}")
         if spec.kind is StepKind.CHILD:
             self._ask_child(spec, key, phase, attempt, mid, payload)
         else:
@@ -217,6 +276,7 @@ class Work:
             retry_timer=None,
             sent=step.sent or phase.is_forward,
             started_at=step.started_at or self.now,
+            **also,
         )
         self.note(f"{key}: sent {phase.value} attempt {attempt}")
 
@@ -246,7 +306,7 @@ class Work:
     def add_timer(
         self, key: str, phase: Phase, attempt: int, kind: TimerKind, due_at: datetime
     ) -> str:
-        tid = timer_id(self._state.saga_id, key, phase, attempt, kind)
+        tid = f"{self.saga_text}:{key}:{phase.value}:{attempt}:{kind.value}"  # timer_id
         self.timers.append(trusted(TimerRequest, timer_id=tid, due_at=due_at, step=key,
                                    phase=phase, attempt=attempt, kind=kind))
         return tid

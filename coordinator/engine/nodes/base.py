@@ -96,7 +96,7 @@ COMPOSITE_EDGES = (
 
 
 def kind_of(node: CompiledNode) -> Kind:
-    return KINDS[node.kind.value]
+    return KINDS[node.kind]  # a StrEnum member finds its value's entry (no ``.value`` lookup)
 
 
 def forward(w: Work, node: CompiledNode, key: str, scope: Scope) -> Progress:
@@ -335,15 +335,14 @@ class Results(Mapping[str, Any]):
 def context(w: Work, scope: Scope) -> StepContext[Any]:
     """What a guard or mapper sees: a fresh input model (a mapper may not see another's
     edits), the results so far, the for-each item if any, and the event's time."""
-    state = w.state
-    return StepContext(
-        saga_id=state.saga_id,
-        version=state.version,
-        input=w.definition.input_model.model_validate(state.input),
+    return StepContext(  # read field by field: no copy of the state being built
+        saga_id=w.saga_id,
+        version=w.get("version"),
+        input=w.definition.input_model.model_validate(w.get("input")),
         results=Results(w, scope),
         item=scope.item,
         index=scope.index,
         now=w.now,
         caught=caught_for(w, scope.parent),
-        updates={name: dict(u.result) for name, u in state.updates.items()},
+        updates={name: dict(u.result) for name, u in w.get("updates").items()},
     )

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from coordinator.engine import quiet
 from coordinator.engine.nodes import base
 from coordinator.engine.nodes.base import Kind, Progress, Scope
 from coordinator.engine.state import StepPhase
-from coordinator.engine.tree import CompiledGroup, CompiledNode
+from coordinator.engine.tree import CompiledGroup, CompiledNode, CompiledStep, GroupKind
 
 if TYPE_CHECKING:
     from coordinator.engine.work import Work
@@ -48,7 +49,12 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     inner = Scope(scope.prefix, key, scope.item, scope.index)
     active, done = 0, True
     settled = state.settled
+    marks = w.quiet.own(key, quiet.FORWARD)
     for index in range(state.settled, state.count or 0):
+        if marks.get(index) == quiet.WAITING:  # and nothing it reads changed since
+            active += 1
+            done = False
+            continue
         ik = item_key(key, index)
         phase = w.step(ik).phase
         if phase is StepPhase.SUCCEEDED:
@@ -64,6 +70,7 @@ def forward(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
         if progress is Progress.WAITING:
             active += 1
             done = False
+            marks[index] = quiet.WAITING
         else:
             settled += index == settled
     if settled != state.settled:
@@ -107,29 +114,76 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     order from the ``walked`` mark (the items below it are all undone), so a reply costs the
     same whatever the number of items."""
     state = w.steps.get(key)
-    cap, walked = node.max_concurrency, state.walked if state is not None else 0
+    if state is None:
+        return Progress.DONE  # never entered: no item to undo
+    cap, walked = node.max_concurrency, state.walked
     waiting, active = False, 0
-    for child, child_key, child_scope in children(w, node, key, scope, walked):
-        if cap is not None and active >= cap and not _undoing(w, child, child_key,
-                                                             child_scope):
+    body, inner = node.children[0], Scope(scope.prefix, key, scope.item, scope.index)
+    marks = w.quiet.own(key, quiet.UNDO)
+    for index in range(walked, state.count or 0):
+        mark = marks.get(index)  # engine.quiet: what it answered, if nothing changed since
+        child_key = "" if mark == quiet.WAITING else item_key(key, index)
+        if mark != quiet.WAITING and cap is not None and active >= cap and (
+                mark == quiet.IDLE or not _undoing(w, body, child_key, inner)):
+            if mark is None:
+                marks[index] = quiet.IDLE
             waiting = True
-            break  # its turn comes as a running undo finishes
-        progress = base.undo(w, child, child_key, child_scope)
-        if progress is Progress.FAILED:
-            return progress
-        if progress is Progress.WAITING:
+            break  # its turn comes as a running undo finishes (one waiting is running)
+        if mark is None or mark == quiet.IDLE:
+            progress = base.undo(w, body, child_key, inner)
+            if progress is Progress.FAILED:
+                return progress
+            mark = marks[index] = quiet.WAITING if progress is Progress.WAITING else quiet.DONE
+        if mark == quiet.WAITING:  # an undo in flight under it: it counts against the bound
             waiting, active = True, active + 1
-        elif child_key == item_key(key, walked):
+        elif index == walked:  # all done below it: its mark is needed no more
             walked += 1
-    if state is not None and walked != state.walked:
+            marks.pop(index, None)
+    if walked != state.walked:
         w.update_step(key, walked=walked)
     return Progress.WAITING if waiting else Progress.DONE
 
 
+_UNDOING = frozenset({StepPhase.CANCELLING, StepPhase.COMPENSATING})
+
+
 def _undoing(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
     """An undo under this item is in flight (it counts against the bound)."""
-    return any(w.step(k).phase in (StepPhase.CANCELLING, StepPhase.COMPENSATING)
-               for _, k, _ in base.leaves(w, node, key, scope))
+    return in_phase(w, node, key, scope, _UNDOING)
+
+
+def in_phase(w: Work, body: CompiledNode, key: str, scope: Scope,
+             phases: frozenset[StepPhase]) -> bool:
+    """A step under the item at ``key`` is in one of ``phases``. Asked once per reply, at the
+    bound: an item whose body is a sequence or parallel of steps is read by key."""
+    names = _flat_steps(body)
+    if names is None:
+        return any(w.step(k).phase in phases for _, k, _ in base.leaves(w, body, key, scope))
+    steps = w.steps
+    for name in names:
+        state = steps.get(f"{key}.{name}")
+        if state is not None and state.phase in phases:
+            return True
+    return False
+
+
+#: id of an item body -> (the body, its steps' names, or None when it nests anything else).
+_FLAT: dict[int, tuple[CompiledNode, tuple[str, ...] | None]] = {}
+
+
+def _flat_steps(body: CompiledNode) -> tuple[str, ...] | None:
+    known = _FLAT.get(id(body))
+    if known is not None and known[0] is body:
+        return known[1]
+    names = None
+    if (isinstance(body, CompiledGroup) and body.name.endswith("[]")
+            and body.kind in (GroupKind.SEQUENCE, GroupKind.PARALLEL)
+            and all(isinstance(c, CompiledStep) for c in body.children)):
+        names = tuple(c.name for c in body.children)
+    if len(_FLAT) >= 1024:  # definitions come and go in tests: keep the cache small
+        _FLAT.clear()
+    _FLAT[id(body)] = (body, names)
+    return names
 
 
 def result(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Any:

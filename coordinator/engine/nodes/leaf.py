@@ -40,8 +40,7 @@ def start(w: Work, spec: CompiledStep, key: str, scope: Scope) -> Progress:
         w.update_step(key, phase=StepPhase.SKIPPED, finished_at=w.now)
         w.note(f"{key}: skipped (guard false)")
         return Progress.DONE
-    w.update_step(key, payload=dict(payload))
-    w.send(key, spec.forward_phase, dict(payload))
+    w.send(key, spec.forward_phase, dict(payload), payload=dict(payload))
     return Progress.WAITING
 
 
