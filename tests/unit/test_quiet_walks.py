@@ -323,3 +323,22 @@ def test_nested_for_eaches_with_races_and_catches_decide_as_a_full_walk(
             sim.reply_to(command, outcome, kind=kind)
     assert sim.current.status.value in ("completed", "compensated")
     assert len(seen) > 40
+
+
+def test_command_ids_are_exactly_uuid5_so_sagas_in_flight_keep_their_ids() -> None:
+    import copy
+    import pickle
+    import uuid
+
+    from coordinator.engine.state import Phase
+    from coordinator.engine.work import MESSAGE_NAMESPACE, message_id
+
+    for n in range(200):
+        saga_id = uuid.uuid4()
+        step = f"lines[{n}].reserve_stöck"  # non-ASCII too: the name is hashed as UTF-8
+        for phase in Phase:
+            fast = message_id(saga_id, step, phase, n % 7 + 1)
+            slow = uuid.uuid5(MESSAGE_NAMESPACE, f"{saga_id}/{step}/{phase.value}/{n % 7 + 1}")
+            assert fast == slow and hash(fast) == hash(slow) and str(fast) == str(slow)
+            assert fast.version == 5 and fast.variant == uuid.RFC_4122
+            assert pickle.loads(pickle.dumps(fast)) == slow and copy.copy(fast) == slow
