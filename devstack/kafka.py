@@ -122,8 +122,14 @@ class Kafka(Service):
 
     def jmx_options(self) -> list[str]:
         """JMX on 127.0.0.1 only, without authentication: the broker's own request metrics
-        for ``python -m bench.kafka_cost`` (a local development broker, never a deployed one)."""
+        for ``python -m bench.kafka_cost`` (a local development broker, never a deployed one).
+
+        None when the port is taken (another broker of this machine has it: a test's own
+        broker beside devstack's): the JVM would refuse to start rather than go without."""
         port = self.settings.kafka_jmx_port
+        if procs.port_open(port):
+            log.info("%s: JMX port %d is taken; starting without JMX", self.name, port)
+            return []
         return [
             "-Dcom.sun.management.jmxremote",
             f"-Dcom.sun.management.jmxremote.port={port}",

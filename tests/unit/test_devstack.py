@@ -134,3 +134,19 @@ def test_jaeger_build_runs_niced_so_a_demo_starting_beside_it_keeps_the_cores(
     assert ran[0][:3] == ["nice", "-n", "19"]
     assert ran[0][3:5] == ["/usr/bin/go", "build"]
     assert (tmp_path / "jaeger").is_file()
+
+
+def test_a_broker_opens_jmx_only_on_a_free_port_so_a_second_broker_still_starts(
+        tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        taken = Kafka(Settings.from_env({"SAGAFLOW_DEVSTACK_HOME": str(tmp_path),
+                                         "SAGAFLOW_KAFKA_JMX_PORT": str(port)}))
+        assert taken.jmx_options() == []
+    free = Kafka(Settings.from_env({"SAGAFLOW_DEVSTACK_HOME": str(tmp_path),
+                                    "SAGAFLOW_KAFKA_JMX_PORT": str(port)}))
+    options = free.jmx_options()
+    assert f"-Dcom.sun.management.jmxremote.port={port}" in options
+    assert "-Dcom.sun.management.jmxremote.host=127.0.0.1" in options
