@@ -107,6 +107,24 @@ def _hold_each(cap: int | None, wait: bool = False) -> CompiledSaga:
     return compile_saga(saga)
 
 
+def _drive(sim: Simulator, rng: random.Random, events: int,
+           answer: Callable[[Any], tuple[Outcome, ErrorKind | None]]) -> None:
+    """Up to ``events`` events in random order: a dead saga is retried by an operator, an
+    idle one fires its next timer, else a random pending command gets ``answer``."""
+    for _ in range(events):
+        if sim.current.status.value == "dead":
+            sim.repair("retry", step=sim.current.dead_step)
+            continue
+        if not sim.pending:
+            if not sim.timers:
+                return
+            sim.fire_next()
+            continue
+        command = rng.choice(list(sim.pending.values()))
+        outcome, kind = answer(command)
+        sim.reply_to(command, outcome, kind=kind)
+
+
 @pytest.mark.parametrize("cap", [None, 1, 3])
 @pytest.mark.parametrize("seed", range(6))
 def test_many_items_in_any_order_on_every_path_decide_as_a_full_walk(
@@ -119,18 +137,7 @@ def test_many_items_in_any_order_on_every_path_decide_as_a_full_walk(
     with compared() as seen:
         sim = Simulator(_hold_each(cap), saga_id=uuid.UUID(int=seed + 1), check_touched=False)
         sim.start({"count": 25})
-        for _ in range(2_000):
-            if sim.current.status.value == "dead":
-                sim.repair("retry", step=sim.current.dead_step)
-                continue
-            if not sim.pending:
-                if not sim.timers:
-                    break
-                sim.fire_next()
-                continue
-            command = rng.choice(list(sim.pending.values()))
-            outcome, kind = _answer(rng, command, refuse_check)
-            sim.reply_to(command, outcome, kind=kind)
+        _drive(sim, rng, 2_000, lambda command: _answer(rng, command, refuse_check))
     assert sim.current.status.value in ("completed", "compensated")
     assert len(seen) > 60
 
@@ -307,20 +314,13 @@ def test_nested_for_eaches_with_races_and_catches_decide_as_a_full_walk(
     with compared() as seen:
         sim = Simulator(_nested(cap), saga_id=uuid.UUID(int=seed + 9), check_touched=False)
         sim.start({"count": 4})
-        for _ in range(3_000):
-            if sim.current.status.value == "dead":
-                sim.repair("retry", step=sim.current.dead_step)
-                continue
-            if not sim.pending:
-                if not sim.timers:
-                    break
-                sim.fire_next()
-                continue
-            command = rng.choice(list(sim.pending.values()))
-            outcome, kind = _answer(rng, command, seed % 2 == 0)
+
+        def answer(command: Any) -> tuple[Outcome, ErrorKind | None]:
             if command.step.endswith(".ship") and rng.random() < 0.3:
-                outcome, kind = Outcome.REJECTED, ErrorKind.BUSINESS  # caught: the fallback
-            sim.reply_to(command, outcome, kind=kind)
+                return Outcome.REJECTED, ErrorKind.BUSINESS  # caught: the fallback runs
+            return _answer(rng, command, seed % 2 == 0)
+
+        _drive(sim, rng, 3_000, answer)
     assert sim.current.status.value in ("completed", "compensated")
     assert len(seen) > 40
 
