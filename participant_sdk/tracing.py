@@ -18,7 +18,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from participant_sdk.logging_config import current_saga_id, saga_context
+from participant_sdk.logging_config import saga_context
 from participant_sdk.protocol import CommandEnvelope, Outcome, ReplyEnvelope
 from participant_sdk.trace_passthrough import Inherited, default_propagation, inherit
 
@@ -69,13 +69,12 @@ def consumer_span(
         context = (inherited.context if inherited is not None
                    else propagate.extract(carrier(headers)))
         token = otel_context.attach(context)
-        saga_token = current_saga_id.set(str(command.saga_id))
         inherited_token = _inherited.set(inherited)
         try:
-            yield trace.INVALID_SPAN
+            with saga_context(command.saga_id):
+                yield trace.INVALID_SPAN
         finally:
             _inherited.reset(inherited_token)
-            current_saga_id.reset(saga_token)
             otel_context.detach(token)
         return
     parent = propagate.extract(carrier(headers))

@@ -61,40 +61,10 @@ def _step(w: Work, spec: CompiledStep, key: str) -> Progress:
 
 def _items(w: Work, node: CompiledGroup, key: str, scope: Scope,
            undoing: frozenset[str]) -> Progress:
-    state = w.steps.get(key)
-    if state is None:
-        return Progress.DONE
-    cap, walked, active = node.max_concurrency, state.walked, 0
-    waiting = False
-    body, inner = node.children[0], Scope(scope.prefix, key, scope.item, scope.index)
-    marks = w.quiet.own(key, quiet.CONFIRM)
-    for index in range(walked, state.count or 0):
-        mark = marks.get(index)  # engine.quiet: what it answered, if nothing changed since
-        child_key = "" if mark == quiet.WAITING else foreach.item_key(key, index)
-        if mark != quiet.WAITING and cap is not None and active >= cap and (
-                mark == quiet.IDLE or not _confirming(w, body, child_key, inner)):
-            if mark is None:
-                marks[index] = quiet.IDLE
-            waiting = True
-            break  # items confirm in order, as running confirms finish (one waiting is)
-        if mark is None or mark == quiet.IDLE:
-            progress = confirm(w, body, child_key, inner, undoing)
-            if progress is Progress.FAILED:
-                return progress
-            mark = marks[index] = quiet.WAITING if progress is Progress.WAITING else quiet.DONE
-        if mark == quiet.WAITING:  # a confirm in flight under it: it counts against the bound
-            waiting, active = True, active + 1
-        elif index == walked:  # all done below it: its mark is needed no more
-            walked += 1
-            marks.pop(index, None)
-    if walked != state.walked:
-        w.update_step(key, walked=walked)
-    return Progress.WAITING if waiting else Progress.DONE
+    def visit(w: Work, body: CompiledNode, child_key: str, inner: Scope) -> Progress:
+        return confirm(w, body, child_key, inner, undoing)
+
+    return foreach.bounded_walk(w, node, key, scope, quiet.CONFIRM, _CONFIRMING, visit)
 
 
 _CONFIRMING = frozenset({StepPhase.CONFIRMING})
-
-
-def _confirming(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
-    """A confirm under this item is in flight (it counts against the bound)."""
-    return foreach.in_phase(w, node, key, scope, _CONFIRMING)

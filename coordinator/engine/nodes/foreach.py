@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -113,28 +113,41 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     """Undo the items at most ``max_concurrency`` at a time, like the forward run, in item
     order from the ``walked`` mark (the items below it are all undone), so a reply costs the
     same whatever the number of items."""
+    return bounded_walk(w, node, key, scope, quiet.UNDO, _UNDOING, base.undo)
+
+
+_UNDOING = frozenset({StepPhase.CANCELLING, StepPhase.COMPENSATING})
+
+
+def bounded_walk(w: Work, node: CompiledGroup, key: str, scope: Scope, walk: str,
+                 in_flight: frozenset[StepPhase],
+                 visit: Callable[[Work, CompiledNode, str, Scope], Progress]) -> Progress:
+    """``visit`` the items in order from the ``walked`` mark, at most ``max_concurrency`` with
+    a step in one of the ``in_flight`` phases (the confirm and undo stages; the forward run
+    has its own ``settled`` walk). Each item's answer is marked (``engine.quiet``), so a reply
+    visits the item that replied and the one it starts, whatever the number of items."""
     state = w.steps.get(key)
     if state is None:
-        return Progress.DONE  # never entered: no item to undo
+        return Progress.DONE  # never entered: nothing to walk
     cap, walked = node.max_concurrency, state.walked
     waiting, active = False, 0
     body, inner = node.children[0], Scope(scope.prefix, key, scope.item, scope.index)
-    marks = w.quiet.own(key, quiet.UNDO)
+    marks = w.quiet.own(key, walk)
     for index in range(walked, state.count or 0):
         mark = marks.get(index)  # engine.quiet: what it answered, if nothing changed since
         child_key = "" if mark == quiet.WAITING else item_key(key, index)
         if mark != quiet.WAITING and cap is not None and active >= cap and (
-                mark == quiet.IDLE or not _undoing(w, body, child_key, inner)):
+                mark == quiet.IDLE or not in_phase(w, body, child_key, inner, in_flight)):
             if mark is None:
                 marks[index] = quiet.IDLE
             waiting = True
-            break  # its turn comes as a running undo finishes (one waiting is running)
+            break  # its turn comes as a running item finishes (one waiting is running)
         if mark is None or mark == quiet.IDLE:
-            progress = base.undo(w, body, child_key, inner)
+            progress = visit(w, body, child_key, inner)
             if progress is Progress.FAILED:
                 return progress
             mark = marks[index] = quiet.WAITING if progress is Progress.WAITING else quiet.DONE
-        if mark == quiet.WAITING:  # an undo in flight under it: it counts against the bound
+        if mark == quiet.WAITING:  # in flight under it: it counts against the bound
             waiting, active = True, active + 1
         elif index == walked:  # all done below it: its mark is needed no more
             walked += 1
@@ -142,14 +155,6 @@ def undo(w: Work, node: CompiledGroup, key: str, scope: Scope) -> Progress:
     if walked != state.walked:
         w.update_step(key, walked=walked)
     return Progress.WAITING if waiting else Progress.DONE
-
-
-_UNDOING = frozenset({StepPhase.CANCELLING, StepPhase.COMPENSATING})
-
-
-def _undoing(w: Work, node: CompiledNode, key: str, scope: Scope) -> bool:
-    """An undo under this item is in flight (it counts against the bound)."""
-    return in_phase(w, node, key, scope, _UNDOING)
 
 
 def in_phase(w: Work, body: CompiledNode, key: str, scope: Scope,
