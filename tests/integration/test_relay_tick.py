@@ -131,9 +131,10 @@ async def test_a_killed_tick_frees_its_shards_with_its_connection(
         await stuck.execute("SELECT pg_advisory_xact_lock($1, s) FROM generate_series(0, 15) s",
                             SHARD_LOCK_NAMESPACE)
         assert (await tick()).published == 0
-        # Its instance dies: Postgres ends the session (as when the socket closes).
+        # Its instance dies: Postgres ends the session (as when the socket closes). The
+        # timeout makes the call wait until the backend has exited and so let go of its locks.
         pid = stuck.get_server_pid()
-        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
         report = await tick()
         assert report.published == 20
         assert await outbox_count(fresh_db) == 0
