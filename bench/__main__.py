@@ -66,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="latency phase: idle window (no sagas), seconds")
     p.add_argument("--variant", action="append", default=[], metavar="NAME[:K=V,...]",
                    help="latency phase: one stack per variant, in order; keys: repo=PATH "
-                        "(run that checkout's stack code), uvloop=1, driver_publishes=0 "
+                        "(run that checkout's stack code), uvloop=1, direct=1 (the direct lane), "
+                        "driver_publishes=0 "
                         "(each saga's first command through a relay), pg_socket_dir=PATH "
                         "(Postgres through its Unix-domain socket in PATH, not TCP), "
                         "any SAGAFLOW_* setting. "
@@ -90,7 +91,7 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
             raise SystemExit(f"--variant {text!r}: {item!r} is not KEY=VALUE")
         if key == "repo":
             options["repo"] = Path(value).resolve()
-        elif key in ("uvloop", "driver_publishes"):
+        elif key in ("uvloop", "driver_publishes", "direct"):
             options[key] = value not in ("0", "false", "")
         elif key == "pg_socket_dir":
             options[key] = str(Path(value).resolve())

@@ -21,6 +21,7 @@ from bench.profiles import summarise_profiles
 from bench.sagas import ABSENT, Tcc3, Waiting, saga_for_steps
 from bench.stack import RESULTS, Stack, proc_status_kb, wait_for
 from coordinator.config.settings import CoordinatorSettings
+from coordinator.runtime.hints.results import start_saga_end_hints
 from coordinator.runtime.publishing import start_command_publishing
 from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
@@ -67,9 +68,13 @@ async def _driver(stack: Stack, saga_name: str, steps: int, poll_interval: float
     itself after the commit (or, with ``stack.driver_publishes`` off, hinting the relays)."""
     registry = build_registry(stack.sagas, topic_prefix=stack.prefix)
     store = await SagaStore.open(stack.coordinator_dsn, registry, min_size=2, max_size=10)
-    publishing = await start_command_publishing(
-        store, CoordinatorSettings(dsn=stack.coordinator_dsn, kafka_bootstrap=stack.kafka),
-        name="bench-driver", direct=stack.driver_publishes)
+    settings = CoordinatorSettings(dsn=stack.coordinator_dsn, kafka_bootstrap=stack.kafka,
+                                   topic_prefix=stack.prefix,
+                                   direct_endpoints=stack.direct_endpoints)
+    publishing = await start_command_publishing(store, settings, name="bench-driver",
+                                                direct=stack.driver_publishes)
+    # As the API: with the direct lane the driver's own commits end sagas too.
+    end_hints = await start_saga_end_hints(store, settings)
     conn = await watcher_connection(stack.coordinator_dsn)
     driver = Driver(store, conn, saga_name, steps, tag=uuid.uuid4().hex[:6],
                     poll_interval=poll_interval)
@@ -79,6 +84,8 @@ async def _driver(stack: Stack, saga_name: str, steps: int, poll_interval: float
         await driver.watcher.stop()
         await conn.close()
         await publishing.stop()
+        if end_hints is not None:
+            await end_hints.stop()
         await store.close()
 
 

@@ -172,6 +172,10 @@ class Stack:
     pg_socket_dir: str = ""
     #: Count every Kafka request of each process by type (``bench/kafka_requests.py``).
     count_kafka: bool = False
+    #: Participants serve the direct lane and the coordinators (and the driver) hand their
+    #: commands over on it, Kafka being the recovery path (:mod:`participant_sdk.direct`).
+    direct: bool = False
+    direct_endpoints: dict[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     procs: list[Proc] = field(default_factory=list)
     prefix: str = ""
@@ -238,6 +242,10 @@ class Stack:
     def _commands(self) -> list[tuple[str, list[str], dict[str, str]]]:
         common = {"SAGAFLOW_KAFKA_BOOTSTRAP": self.kafka, "SAGAFLOW_TOPIC_PREFIX": self.prefix,
                   "SAGAFLOW_LOG_LEVEL": "WARNING"}
+        if self.direct:
+            self.direct_endpoints = {p: f"127.0.0.1:{_free_port()}" for p in self.participants}
+            common["SAGAFLOW_DIRECT_ENDPOINTS"] = ",".join(
+                f"{p}={a}" for p, a in self.direct_endpoints.items())
         out: list[tuple[str, list[str], dict[str, str]]] = []
         for i in range(self.coordinators):
             out.append((f"coordinator{i + 1}", ["-m", "coordinator", "worker"],
@@ -257,8 +265,11 @@ class Stack:
                          "SAGAFLOW_API_PORT": str(_free_port()),
                          "SAGAFLOW_API_TOKENS": f"bench:operator:{uuid.uuid4().hex}"}))
         for p in self.participants:
+            extra = ({"SAGAFLOW_PARTICIPANT_DIRECT_LISTEN": self.direct_endpoints[p]}
+                     if self.direct else {})
             out.append((p, ["-m", "bench.participants", p],
-                        {**common, "SAGAFLOW_PARTICIPANT_DSN": self.participant_dsns[p]}))
+                        {**common, "SAGAFLOW_PARTICIPANT_DSN": self.participant_dsns[p],
+                         **extra}))
         return out
 
     def _start(self) -> None:

@@ -9,6 +9,10 @@ refused the row, the delete was lost) is then claimed and sent by a relay like a
 So delivery stays at-least-once and nothing is sent before its transaction committed or from
 inside one; what the writer saves is the hint, the relay's wake-up and its claim per commit.
 
+With a :class:`Lane` (the coordinator's direct lane to participants), a row of a topic the
+lane routes goes around Kafka: it is deleted once the lane handled it for good, and goes to
+Kafka as above when the lane could not.
+
 Order: rows handed over are sent in that order, one producer, key = partition key, so the rows
 of one key that this publisher sends reach Kafka in id order. A key whose row failed is not
 published directly for ``lease`` seconds afterwards: its later rows then wait for a relay too,
@@ -26,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -37,7 +41,7 @@ from outbox_relay.publishing import _PRODUCER_FAULTS, traced_headers
 from participant_sdk.protocol import HEADER_MESSAGE_ID
 from participant_sdk.startup import started
 
-__all__ = ["DirectPublisher", "LeasedRow", "direct_producer_config"]
+__all__ = ["DirectPublisher", "Lane", "LeasedRow", "direct_producer_config"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,19 @@ def direct_producer_config(bootstrap: str, client_id: str, **security: Any) -> d
 ProducerFactory = Callable[[], AIOKafkaProducer]
 
 
+class Lane(Protocol):
+    """A way around Kafka for some topics (the coordinator's direct lane to participants).
+
+    :meth:`deliver` returns True once the record was handled for good (the row may then be
+    deleted), False when it was not: the row then goes to Kafka as if there were no lane.
+    """
+
+    def routes(self, topic: str) -> bool: ...
+
+    async def deliver(self, topic: str, key: bytes, value: bytes,
+                      headers: list[tuple[str, bytes]]) -> bool: ...
+
+
 class DirectPublisher:
     """Sends leased outbox rows after their commit and deletes them once acknowledged.
 
@@ -73,8 +90,10 @@ class DirectPublisher:
     """
 
     def __init__(self, pool: asyncpg.Pool, producer_factory: ProducerFactory, *,
-                 lease: timedelta, name: str = "direct") -> None:
+                 lease: timedelta, name: str = "direct", lane: Lane | None = None) -> None:
         self._pool = pool
+        self._lane = lane
+        self._delivering: set[asyncio.Task[None]] = set()
         self._factory = producer_factory
         self._lease = lease.total_seconds()
         self._name = name
@@ -89,8 +108,10 @@ class DirectPublisher:
         self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._tracer = trace.get_tracer("sagaflow.outbox_relay")
-        #: Rows acknowledged by Kafka, left to the relays, and deleted (for tests and logs).
+        #: Rows acknowledged by Kafka, handled by the lane, left to the relays, and deleted
+        #: (for tests and logs).
         self.sent = 0
+        self.delivered = 0
         self.left = 0
         self.deleted = 0
 
@@ -127,6 +148,7 @@ class DirectPublisher:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.flush(), grace)
+        tasks.extend(self._delivering)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -162,8 +184,6 @@ class DirectPublisher:
             await self._send(rows)
 
     async def _send(self, rows: Sequence[LeasedRow]) -> None:
-        producer = self._producer
-        assert producer is not None
         now = time.monotonic()
         for row in rows:
             key = row.message.key
@@ -173,13 +193,42 @@ class DirectPublisher:
                     self._leave(row, None)
                     continue
                 del self._stopped_keys[key]
-            try:
-                fut = await producer.send(row.message.topic, row.message.payload,
-                                          key=key.encode(), headers=self._headers(row))
-            except Exception as exc:  # a refused row: it stays for a relay
-                self._leave(row, exc)
+            if self._lane is not None and self._lane.routes(row.message.topic):
+                task = asyncio.create_task(self._deliver(row))
+                self._delivering.add(task)
+                task.add_done_callback(self._delivering.discard)
                 continue
-            fut.add_done_callback(partial(self._sent, row))
+            await self._produce(row, self._headers(row))
+
+    async def _produce(self, row: LeasedRow, headers: list[tuple[str, bytes]]) -> None:
+        producer = self._producer
+        if producer is None:  # being replaced: the row waits for a relay
+            self._leave(row, ConnectionError("no Kafka producer"))
+            return
+        try:
+            fut = await producer.send(row.message.topic, row.message.payload,
+                                      key=row.message.key.encode(), headers=headers)
+        except Exception as exc:  # a refused row: it stays for a relay
+            self._leave(row, exc)
+            return
+        fut.add_done_callback(partial(self._sent, row))
+
+    async def _deliver(self, row: LeasedRow) -> None:
+        """Hand ``row`` to the lane; what the lane did not finish goes to Kafka."""
+        assert self._lane is not None
+        headers = self._headers(row)
+        try:
+            done = await self._lane.deliver(row.message.topic, row.message.key.encode(),
+                                            row.message.payload, headers)
+        except Exception as exc:
+            log.warning("%s: the direct lane failed on outbox row %d (%r); it goes to Kafka",
+                        self._name, row.id, exc)
+            done = False
+        if done:
+            self.delivered += 1
+            self._acknowledged(row)
+        else:
+            await self._produce(row, headers)
 
     def _sent(self, row: LeasedRow, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
@@ -191,6 +240,9 @@ class DirectPublisher:
             self._leave(row, error)
             return
         self.sent += 1
+        self._acknowledged(row)
+
+    def _acknowledged(self, row: LeasedRow) -> None:
         self._acked.append(row)
         self._ack_ready.set()
 

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from participant_sdk.barrier import install_barrier
 from participant_sdk.commands import CommandProcessor, OutgoingReply
 from participant_sdk.dead_letters import install_dead_letters
+from participant_sdk.direct import DirectServer
 from participant_sdk.executor import LocalRetry
 from participant_sdk.handlers import Handler, Participant
 from participant_sdk.logging_config import configure_logging
@@ -111,6 +112,8 @@ class ParticipantRunner:
         self._processor: CommandProcessor | None = None
         self._consumer: Any = None
         self._producer: Any = None
+        self._direct: DirectServer | None = None
+        self._direct_lanes = [asyncio.Lock() for _ in range(settings.lanes)]
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -170,6 +173,11 @@ class ParticipantRunner:
         ]
         self._tasks.append(asyncio.create_task(self._commit_loop(), name=f"{self.name}-commit"))
         self._fetcher = asyncio.create_task(self._fetch_loop(), name=f"{self.name}-fetch")
+        if s.direct_listen:
+            token = s.direct_token.get_secret_value() if s.direct_token else ""
+            self._direct = DirectServer(self._answer_direct, s.direct_listen, token=token,
+                                        name=f"participant {self.name}")
+            await self._direct.start()
         log.info("participant %s consuming %s as group %s", self.name, self.topic, self.group_id)
 
     def _live(self) -> str | None:
@@ -190,6 +198,8 @@ class ParticipantRunner:
             return
         self._stopped = True
         self._stop_requested.set()
+        if self._direct is not None:
+            await self._direct.stop()
         if self._fetcher is not None:
             self._fetcher.cancel()
             await asyncio.gather(self._fetcher, return_exceptions=True)
@@ -348,6 +358,16 @@ class ParticipantRunner:
         reply = await self._processor.process(msg, command)
         if reply is not None:
             await self._send_reply(reply)
+
+    async def _answer_direct(self, record: Any) -> OutgoingReply | None:
+        """A command from the direct lane: run in the lane its Kafka copy would take, so a
+        step's phases stay in order; the reply goes back on the lane, not to Kafka."""
+        assert self._processor is not None
+        command = _decoded(record)
+        lane = lane_of(record.key, command.step if command is not None else None,
+                       len(self._direct_lanes), self.settings.saga_lanes)
+        async with self._direct_lanes[lane]:
+            return await self._processor.process(record, command)
 
     async def _send_reply(self, reply: OutgoingReply) -> None:
         async def send() -> None:

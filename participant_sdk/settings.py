@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from participant_sdk.direct import parse_address
 from participant_sdk.durations import Duration
 from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
@@ -83,9 +84,27 @@ class ParticipantSettings(BaseSettings):
     #: Address the probe port binds: only this host by default; ``0.0.0.0`` for Kubernetes
     #: probes and a Prometheus on another host.
     metrics_addr: str = "127.0.0.1"
+    #: Serve the direct lane (:mod:`participant_sdk.direct`) on this ``host:port``: a
+    #: coordinator configured with this address hands commands over on it and takes the
+    #: replies back, with Kafka only as the recovery path. Off when unset.
+    direct_listen: str | None = None
+    #: Token a coordinator must present on the direct lane (``SAGAFLOW_DIRECT_TOKEN``, shared
+    #: with the coordinators); without one any process that reaches the port may send commands.
+    direct_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "SAGAFLOW_PARTICIPANT_DIRECT_TOKEN", "SAGAFLOW_DIRECT_TOKEN", "direct_token"),
+    )
     #: TEST ONLY: when set and the file does not exist, the process creates it and kills
     #: itself with SIGKILL right after the first committed command, before replying.
     crash_after_commit_flag: Path | None = None
+
+    @field_validator("direct_listen")
+    @classmethod
+    def _direct_listen(cls, value: str | None) -> str | None:
+        if value:
+            parse_address(value)
+        return value or None
 
     @field_validator("linger")
     @classmethod

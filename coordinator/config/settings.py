@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coordinator.config.functions import split_commas
 from coordinator.config.gc_tuning import WORKER_GC_THRESHOLDS
+from participant_sdk.direct import parse_address
 from participant_sdk.durations import Duration
 from participant_sdk.kafka_security import KafkaSecurity
 from participant_sdk.protocol import DEFAULT_TOPIC_PREFIX
@@ -110,6 +111,18 @@ class CoordinatorSettings(BaseSettings):
     #: relay (and ``wake_relays`` hints them).
     publish_commands: bool = True
     publish_lease: Duration = timedelta(seconds=2)
+    #: Participants served on the direct lane (:mod:`participant_sdk.direct`), from the env
+    #: as ``name=host:port,name=host:port``. With ``publish_commands``, this process hands
+    #: those participants' commands over on the lane right after each commit and applies
+    #: their replies as they come back; Kafka carries what the lane could not (no connection,
+    #: ``direct_timeout`` passed, a participant whose database is away), and the relays what
+    #: this process did not. Saves each hop two broker round trips and a consume and a
+    #: produce on each side.
+    direct_endpoints: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    #: The token the participants' lanes expect (``SAGAFLOW_DIRECT_TOKEN``).
+    direct_token: SecretStr | None = None
+    #: Longest a command waits for its answer on the lane before it goes over Kafka.
+    direct_timeout: Duration = timedelta(seconds=10)
     #: How long stop() lets in-flight batches finish before cancelling them.
     shutdown_grace: Duration = timedelta(seconds=10)
     #: Checkpoint long histories every ``compact_interval`` (0, the default: off). A round
@@ -140,6 +153,33 @@ class CoordinatorSettings(BaseSettings):
     def _not_negative(cls, value: timedelta) -> timedelta:
         if value < timedelta(0):
             raise ValueError("must be 0 (off) or a positive duration")
+        return value
+
+    @field_validator("direct_endpoints", mode="before")
+    @classmethod
+    def _split_endpoints(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        endpoints: dict[str, str] = {}
+        for item in split_commas(value):
+            name, sep, address = item.partition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"{item!r} is not name=host:port")
+            endpoints[name.strip()] = address.strip()
+        return endpoints
+
+    @field_validator("direct_endpoints")
+    @classmethod
+    def _endpoint_addresses(cls, value: dict[str, str]) -> dict[str, str]:
+        for address in value.values():
+            parse_address(address)
+        return value
+
+    @field_validator("direct_timeout")
+    @classmethod
+    def _direct_timeout(cls, value: timedelta) -> timedelta:
+        if not timedelta(milliseconds=10) <= value <= timedelta(minutes=5):
+            raise ValueError("direct_timeout must be between 10ms and 5min")
         return value
 
     @field_validator("sagas", mode="before")

@@ -2,8 +2,9 @@
 
 With ``publish_commands`` (the default) it publishes them itself right after each commit
 (:class:`~outbox_relay.direct.DirectPublisher`; the relays send what it did not, after
-``publish_lease``); without, it hints the relays after each commit that wrote commands
-(:func:`~coordinator.runtime.hints.relay.start_relay_waker`).
+``publish_lease``), handing the commands of ``direct_endpoints`` participants over on the
+direct lane (:mod:`coordinator.runtime.direct_lane`); without, it hints the relays after each
+commit that wrote commands (:func:`~coordinator.runtime.hints.relay.start_relay_waker`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaProducer
 
+from coordinator.runtime.direct_lane import DirectLane
 from coordinator.runtime.hints.relay import start_relay_waker
 from outbox_relay.direct import DirectPublisher, direct_producer_config
 from participant_sdk.startup import open_with_retry
@@ -54,26 +56,41 @@ async def start_command_publishing(store: SagaStore, settings: CoordinatorSettin
     if not (settings.publish_commands and direct):
         waker = await start_relay_waker(store, settings)
         return CommandPublishing(None, waker.stop if waker is not None else _nothing)
+    lane = _direct_lane(store, settings)
     publisher = DirectPublisher(
         store.pool, lambda: AIOKafkaProducer(**direct_producer_config(
             settings.kafka_bootstrap, f"sagaflow-{name}-commands",
             **settings.kafka_security.client_kwargs())),
-        lease=settings.publish_lease, name=f"{name}-commands")
+        lease=settings.publish_lease, name=f"{name}-commands", lane=lane)
     # Rows committed before the producer connected are left to the relays (``publish``).
     store.publish_own_rows(publisher.publish, settings.publish_lease)
+    connecting: asyncio.Task[None] | None = None
     if wait_for_kafka:
         await open_with_retry(publisher.start, what="Kafka")
-        return CommandPublishing(publisher, publisher.stop)
-    connecting = asyncio.create_task(_start_when_reachable(publisher, name),
-                                     name=f"{name}-commands-start")
+    else:
+        connecting = asyncio.create_task(_start_when_reachable(publisher, name),
+                                         name=f"{name}-commands-start")
 
     async def stop() -> None:
-        connecting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await connecting
-        await publisher.stop()
+        if connecting is not None:
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+        await publisher.stop()  # first: what it handed to the lane is answered or left
+        if lane is not None:
+            await lane.stop()
 
     return CommandPublishing(publisher, stop)
+
+
+def _direct_lane(store: SagaStore, settings: CoordinatorSettings) -> DirectLane | None:
+    if not settings.direct_endpoints:
+        return None
+    token = settings.direct_token.get_secret_value() if settings.direct_token else ""
+    lane = DirectLane(store, settings.direct_endpoints, prefix=settings.topic_prefix,
+                      token=token, timeout=settings.direct_timeout.total_seconds())
+    lane.start()
+    return lane
 
 
 async def _start_when_reachable(publisher: DirectPublisher, name: str) -> None:
