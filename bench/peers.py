@@ -1,22 +1,25 @@
 """``python -m bench.peers --peers dtm[,restate]``: sagaflow side by side with its peers.
 
 Runs each peer's harness (``<peers-dir>/<peer>/run.sh``, which starts what is not running and
-prints one JSON line) and sagaflow's latency-phase closed loops on one stack, one system at a
-time, for the 3-step TCC saga and the 3 saga steps at 1 and at 16 in flight, the order of the
-systems reversed from one measurement to the next (so a change in the machine's load hits all
-alike); then sagaflow's idle stack. Prints the figures, each one's ratio to each peer and which
-target (``bench/targets.py``) held, and writes ``bench/results/peers-<timestamp>.json``.
+prints one JSON line) and sagaflow's latency-phase closed loops on one stack per ``--lanes``
+entry (the direct lane, and Kafka alone), one system at a time, for the 3-step TCC saga and
+the 3 saga steps at 1 and at 16 in flight, the order of the systems reversed from one
+measurement to the next (so a change in the machine's load hits all alike); then sagaflow's
+idle stack. Prints the figures, each one's ratio to each peer and which target
+(``bench/targets.py``) held, and writes ``bench/results/peers-<timestamp>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,21 @@ def add_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None:
                    help="repeat every measurement; figures are the rounds' medians")
     g.add_argument("--stop-peers", action="store_true",
                    help="stop the peers' processes at the end (run.sh stop)")
+    g.add_argument("--lanes", default="direct,kafka",
+                   help="how sagaflow's commands travel, comma-separated, one stack each: "
+                        "direct (the direct lane, Kafka as recovery) or kafka. The first is "
+                        "'sagaflow', checked against the targets; the others are columns "
+                        "'sagaflow-<lane>' beside it")
+
+
+def resolve_lanes(names: str) -> dict[str, bool]:
+    """System name -> uses the direct lane, first the one the targets are checked on."""
+    lanes = [n.strip() for n in names.split(",") if n.strip()]
+    if not lanes or any(n not in ("direct", "kafka") for n in lanes) or len(set(lanes)) != len(
+            lanes):
+        raise SystemExit(f"--lanes: {names!r}: give direct and/or kafka, each once")
+    return {("sagaflow" if i == 0 else f"sagaflow-{lane}"): lane == "direct"
+            for i, lane in enumerate(lanes)}
 
 
 def resolve_peers(names: str, peers_dir: Path | None) -> tuple[Path, list[str]]:
@@ -96,13 +114,14 @@ async def run_peer(folder: Path, peer: str, kind: str, n: int, concurrency: int
     return parse_peer_output(peer, out.decode(errors="replace"))
 
 
-def plan(peers: list[str]) -> list[tuple[str, int, list[str]]]:
+def plan(peers: list[str], ours: Sequence[str] = ("sagaflow",)
+         ) -> list[tuple[str, int, list[str]]]:
     """(kind, in flight, systems) per measurement; the systems' order reversed each time."""
     steps = []
     flip = False
     for kind in ("tcc", "saga"):
         for concurrency in (1, 16):
-            systems = ["sagaflow", *(p for p in peers if kind in PEER_KINDS[p])]
+            systems = [*ours, *(p for p in peers if kind in PEER_KINDS[p])]
             steps.append((kind, concurrency, systems[::-1] if flip else systems))
             flip = not flip
     return steps
@@ -117,20 +136,25 @@ async def run_side_by_side(args: argparse.Namespace, folder: Path, peers: list[s
     smoke = bool(getattr(args, "smoke", False))
     one_s, sixteen_s = (1.0, 1.0) if smoke else (args.one_duration, args.sixteen_duration)
     peer_n = {1: 20 if smoke else args.peer_n_one, 16: 40 if smoke else args.peer_n_sixteen}
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in ("sagaflow", *peers)}
-    async with Stack(args.postgres, args.kafka, ALL_SAGAS, label="peers") as stack:
+    lanes = resolve_lanes(getattr(args, "lanes", "direct,kafka"))
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in (*lanes, *peers)}
+    async with contextlib.AsyncExitStack() as stacks:
+        ours = {name: await stacks.enter_async_context(
+            Stack(args.postgres, args.kafka, ALL_SAGAS, label=f"peers-{name}", direct=direct))
+            for name, direct in lanes.items()}
+        stack = ours["sagaflow"]
         for round_ in range(max(1, args.rounds)):
-            for kind, conc, systems in plan(peers):
+            for kind, conc, systems in plan(peers, list(ours)):
                 if round_ % 2:
                     systems = systems[::-1]
                 for system in systems:
                     key = f"{kind}@{conc}"
                     print(f"[peers] round {round_ + 1}: {system} {key}", file=sys.stderr,
                           flush=True)
-                    if system == "sagaflow":
-                        await stack.vacuum()
+                    if system in ours:
+                        await ours[system].vacuum()
                         saga, steps = KIND_SAGAS[kind]
-                        closed = await _closed(stack, _driver, saga, steps, conc,
+                        closed = await _closed(ours[system], _driver, saga, steps, conc,
                                                0.5 if smoke else 2.0,
                                                one_s if conc == 1 else sixteen_s,
                                                breakdown=False)
@@ -173,9 +197,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if args.stop_peers:
             asyncio.run(_stop_peers(folder, peers))
     results["machine"]["load_average_end"] = os.getloadavg()
-    results["ratios"] = {p: ratios(results["figures"], p) for p in peers}
+    ours = [s for s in results["figures"] if s.startswith("sagaflow-")]
+    results["ratios"] = {p: ratios(results["figures"], p) for p in (*peers, *ours)}
     results["targets"] = evaluate(results["figures"])
-    print(render(results["figures"], results["targets"], peers))
+    print(render(results["figures"], results["targets"], [*peers, *ours]))
     out = args.output or RESULTS / f"peers-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))

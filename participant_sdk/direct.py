@@ -192,6 +192,7 @@ class DirectServer:
         self._name = name
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._jobs: set[asyncio.Task[None]] = set()
         #: Commands answered on the lane, and connections refused for their token.
         self.answered = 0
         self.refused = 0
@@ -205,16 +206,16 @@ class DirectServer:
         self._server = await asyncio.start_server(self._serve, self._host, self._port)
         log.info("%s: direct lane on %s:%d", self._name, self._host, self.port)
 
-    async def stop(self, grace: float = 2.0) -> None:
-        """Stop accepting, give the commands being run ``grace`` seconds, then close (the
-        coordinator sends what was not answered over Kafka)."""
+    async def stop(self, grace: float = 0.5) -> None:
+        """Stop accepting, give the commands being run ``grace`` seconds, then close every
+        connection (the coordinator sends what was not answered over Kafka)."""
         server, self._server = self._server, None
         if server is None:
             return
         server.close()
-        tasks = list(self._connections)
-        if tasks:
-            await asyncio.wait(tasks, timeout=grace)
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=grace)
+        tasks = [*self._connections, *self._jobs]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -240,7 +241,9 @@ class DirectServer:
                     raise FrameError(f"a {frame.kind.name} frame where a command belongs")
                 job = asyncio.create_task(self._run(frame, writer))
                 running.add(job)
+                self._jobs.add(job)
                 job.add_done_callback(running.discard)
+                job.add_done_callback(self._jobs.discard)
             if running:
                 await asyncio.wait(running)
         except (FrameError, ConnectionError) as exc:
@@ -314,6 +317,10 @@ class DirectClient:
         request = self._next
         future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._waiting[request] = future
+        if self._writer is not writer:  # it broke meanwhile: nobody would answer
+            del self._waiting[request]
+            self.missed += 1
+            return None
         try:
             writer.write(encode_frame(Frame(request, Kind.COMMAND, topic, key, value, headers)))
             frame = await asyncio.wait_for(future, self._timeout)

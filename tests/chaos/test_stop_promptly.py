@@ -31,7 +31,8 @@ import pytest
 from examples.demo import database_names
 from examples.stack import drop_database
 from participant_sdk.conformance.wire import KitWire
-from participant_sdk.protocol import CommandEnvelope, Phase
+from participant_sdk.direct import DirectClient
+from participant_sdk.protocol import CommandEnvelope, Phase, encode, envelope_headers
 from tests.chaos.conftest import MakeStack
 from tests.chaos.support.proxy import TcpProxy
 from tests.chaos.support.services import free_port
@@ -255,6 +256,39 @@ async def test_stop_while_a_participant_drains(stack: ChaosStack, tmp_path: Path
         await locker.close()
     assert ABANDONED in read(log), tail(log)
     print(f"participant stopped {took:.2f}s after SIGTERM with a command in flight")
+
+
+async def test_stop_a_participant_whose_direct_lane_is_busy(stack: ChaosStack,
+                                                            tmp_path: Path) -> None:
+    """A coordinator's lane connection stays open and a command on it waits for a lock: the
+    participant gives the command half a second, then stops without the stop having to
+    abandon anything, and the coordinator gets no answer (it then sends the command over
+    Kafka), not a hang."""
+    address = closed()
+    argv, env = argv_of("participant", stack)
+    env.update(SAGAFLOW_PARTICIPANT_DIRECT_LISTEN=address, SAGAFLOW_DIRECT_TOKEN="t")
+    log = tmp_path / "payments.log"
+    proc = spawn(argv, env, log)
+    await wait_for_log(log, "direct lane on", proc)
+    locker = await hold(stack.dsn("payments"), "payments_accounts")
+    client = DirectClient(address, token="t", timeout=20)
+    try:
+        saga = uuid.uuid4()
+        command = CommandEnvelope(
+            message_id=uuid.uuid4(), saga_id=saga, saga_type="order", step="charge",
+            phase=Phase.TRY, attempt=1, participant="payments", action="charge",
+            payload={"customer": "c", "amount": 1}, reply_to=f"{stack.prefix}.replies")
+        call = asyncio.create_task(client.call(
+            f"{stack.prefix}.payments.commands", str(saga).encode(), encode(command),
+            [(k, v) for k, v in envelope_headers(command)]))
+        await asyncio.sleep(1.5)  # the command is in flight, waiting for the lock
+        assert not call.done()
+        took = await stop(proc, signal.SIGTERM, log)
+        assert await asyncio.wait_for(call, 5) is None
+    finally:
+        await client.close()
+        await locker.close()
+    print(f"participant stopped {took:.2f}s after SIGTERM with a lane command in flight")
 
 
 async def test_stop_while_the_api_drains(stack: ChaosStack, tmp_path: Path) -> None:
