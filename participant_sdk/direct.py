@@ -153,9 +153,12 @@ async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
 def parse_address(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too) as a pair; :class:`ValueError` with the reason."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if (not sep or not host or "[" in host or "]" in host or not port.isascii()
+            or not port.isdigit() or not 0 < int(port) < 65536):
         raise ValueError(f"{address!r} is not host:port")
-    return host.strip("[]"), int(port)
+    return host, int(port)
 
 
 # -- the participant's side ---------------------------------------------------------------

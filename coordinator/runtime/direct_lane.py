@@ -95,6 +95,11 @@ class DirectLane:
                 applied = True
                 self.applied += len(batch)
                 self.batches += 1
+            except asyncio.CancelledError:  # stopped mid-batch: those commands go over Kafka
+                for _, future in batch:
+                    if not future.done():
+                        future.set_result(False)
+                raise
             except Exception as exc:  # nothing committed: the commands go over Kafka
                 log.warning("direct lane: applying %d replies failed (%r); their commands go "
                             "over Kafka", len(batch), exc)

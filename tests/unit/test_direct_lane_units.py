@@ -365,9 +365,6 @@ async def test_stop_answers_false_to_replies_waiting_for_a_batch(apply: _Apply) 
     await asyncio.gather(first, return_exceptions=True)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: DirectLane.stop cancels the applier while it "
-                   "applies a batch; that batch was already taken off _waiting, so its "
-                   "deliver() calls are never answered and hang")
 async def test_stop_answers_false_to_the_batch_being_applied(apply: _Apply) -> None:
     lane = _lane(_Client())
     apply.gate = asyncio.Event()

@@ -200,9 +200,6 @@ def test_parse_address_rejects(address: str) -> None:
         parse_address(address)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: parse_address strips the brackets after checking "
-                   "the host, so '[]:80' gives host '' (which asyncio.start_server binds on "
-                   "every interface)")
 @pytest.mark.parametrize("address", ["[]:80", "[:80"])
 def test_parse_address_rejects_an_empty_bracketed_host(address: str) -> None:
     with pytest.raises(ValueError, match="is not host:port"):
@@ -532,10 +529,6 @@ async def test_the_client_reconnects_after_the_connection_broke() -> None:
             assert got is not None and got.kind is Kind.REPLY
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: DirectServer.stop waits its whole grace for every "
-                   "open connection, even one with no command running (a coordinator's idle "
-                   "connection is blocked in read_frame), so a participant's stop always takes "
-                   "the grace (2 s) while a coordinator is connected")
 async def test_stop_does_not_wait_its_grace_for_an_idle_connection() -> None:
     server = await _started(_echo)
     async with _client(server.port) as client:
