@@ -22,27 +22,11 @@ from outbox_relay.message import LeasedRow, OutboxMessage
 from participant_sdk.direct import DirectAnswer, Kind
 from participant_sdk.protocol import HEADER_MESSAGE_ID
 from participant_sdk.records import InboundRecord
+from tests.unit.test_direct_publisher import _Pool
 
 # -- DirectPublisher with a lane ------------------------------------------------------------
 
 ROUTED, UNROUTED = "sagaflow.payments.commands", "sagaflow.inventory.commands"
-
-
-class _Conn:
-    def __init__(self, deleted: list[int]) -> None:
-        self.deleted = deleted
-
-    async def execute(self, _sql: str, _shards: list[int], ids: list[int]) -> None:
-        self.deleted.extend(ids)
-
-
-class _Pool:
-    def __init__(self) -> None:
-        self.deleted: list[int] = []
-
-    @contextlib.asynccontextmanager
-    async def acquire(self) -> AsyncIterator[_Conn]:
-        yield _Conn(self.deleted)
 
 
 class _Producer:

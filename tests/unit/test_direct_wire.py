@@ -9,7 +9,6 @@ import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 
 from coordinator.config.settings import CoordinatorSettings
 from participant_sdk import ParticipantSettings
+from participant_sdk.commands import OutgoingReply
 from participant_sdk.direct import (
     MAX_FRAME,
     DirectClient,
@@ -264,12 +264,7 @@ def test_the_direct_token_stays_out_of_repr_and_str(monkeypatch: pytest.MonkeyPa
 
 # -- server and client over localhost ----------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    topic: str
-    key: bytes
-    value: bytes
-    headers: list[tuple[str, bytes]]
+_Reply = OutgoingReply
 
 
 Answer = Callable[[InboundRecord], Awaitable[_Reply | None]]
