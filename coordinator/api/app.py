@@ -107,7 +107,8 @@ def create_app(
                                      poll=settings.api_job_poll)
         # A passed store is the caller's: its commits only hint the relays.
         publishing = await start_command_publishing(
-            the_store, settings, name="api", wait_for_kafka=False, direct=own)
+            the_store, settings, name="api", wait_for_kafka=False, direct=own,
+            registry=metrics.registry)
         app.state.publishing = publishing
         timer_waker = await start_timer_waker(the_store, settings)
         end_hints = await start_saga_end_hints(the_store, settings)

@@ -18,6 +18,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry, Counter
+
 from coordinator.runtime.functions.handlers import handle_reply_batch
 from participant_sdk.direct import DirectClient, Kind
 from participant_sdk.protocol import command_topic
@@ -38,12 +40,19 @@ class DirectLane:
     """Routes the command topics of ``endpoints`` (participant name -> ``host:port``)."""
 
     def __init__(self, store: SagaStore, endpoints: Mapping[str, str], *, prefix: str,
-                 token: str = "", timeout: float = 10.0) -> None:
+                 token: str = "", timeout: float = 10.0,
+                 registry: CollectorRegistry | None = None) -> None:
         self._store = store
         self._clients = {
             command_topic(name, prefix): DirectClient(address, token=token, timeout=timeout)
             for name, address in endpoints.items()
         }
+        self._names = {command_topic(name, prefix): name for name in endpoints}
+        self._commands = None if registry is None else Counter(
+            "sagaflow_direct_lane_commands", "Commands handed to a participant's direct lane, "
+            "by outcome: answered (reply applied), dead_letter (the participant kept it), "
+            "kafka (the lane could not finish it: it went over Kafka)",
+            ["participant", "outcome"], registry=registry)
         self._waiting: list[tuple[InboundRecord, asyncio.Future[bool]]] = []
         self._wake = asyncio.Event()
         self._applier: asyncio.Task[None] | None = None
@@ -69,18 +78,25 @@ class DirectLane:
 
     async def deliver(self, topic: str, key: bytes, value: bytes,
                       headers: list[tuple[str, bytes]]) -> bool:
+        outcome = await self._deliver(topic, key, value, headers)
+        if self._commands is not None:
+            self._commands.labels(self._names[topic], outcome).inc()
+        return outcome != "kafka"
+
+    async def _deliver(self, topic: str, key: bytes, value: bytes,
+                       headers: list[tuple[str, bytes]]) -> str:
         answer = await self._clients[topic].call(topic, key, value, headers)
         if answer is None or answer.kind is Kind.REDELIVER:
-            return False
+            return "kafka"
         if answer.kind is Kind.NO_REPLY:  # a dead letter on the participant, as over Kafka
-            return True
+            return "dead_letter"
         assert answer.reply is not None
         if self._applier is None or self._applier.done():
-            return False
+            return "kafka"
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((answer.reply, future))
         self._wake.set()
-        return await future
+        return "answered" if await future else "kafka"
 
     async def _apply_loop(self) -> None:
         while True:

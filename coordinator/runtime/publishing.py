@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaProducer
+from prometheus_client import CollectorRegistry
 
 from coordinator.runtime.direct_lane import DirectLane
 from coordinator.runtime.hints.relay import start_relay_waker
@@ -45,18 +46,21 @@ class CommandPublishing:
 
 async def start_command_publishing(store: SagaStore, settings: CoordinatorSettings, *,
                                    name: str, wait_for_kafka: bool = True,
-                                   direct: bool = True) -> CommandPublishing:
+                                   direct: bool = True,
+                                   registry: CollectorRegistry | None = None
+                                   ) -> CommandPublishing:
     """Start publishing ``store``'s commands (or hinting the relays).
 
     ``wait_for_kafka``: start only once the producer is connected (the worker, which needs
     Kafka anyway). Without it (the API, which must serve while Kafka is away) the producer
     connects in the background, and until then the rows are left to the relays. ``direct``
-    false: only hint the relays, whatever ``publish_commands`` says.
+    false: only hint the relays, whatever ``publish_commands`` says. ``registry``: where the
+    direct lane's counters go.
     """
     if not (settings.publish_commands and direct):
         waker = await start_relay_waker(store, settings)
         return CommandPublishing(None, waker.stop if waker is not None else _nothing)
-    lane = _direct_lane(store, settings)
+    lane = _direct_lane(store, settings, registry)
     publisher = DirectPublisher(
         store.pool, lambda: AIOKafkaProducer(**direct_producer_config(
             settings.kafka_bootstrap, f"sagaflow-{name}-commands",
@@ -83,12 +87,14 @@ async def start_command_publishing(store: SagaStore, settings: CoordinatorSettin
     return CommandPublishing(publisher, stop)
 
 
-def _direct_lane(store: SagaStore, settings: CoordinatorSettings) -> DirectLane | None:
+def _direct_lane(store: SagaStore, settings: CoordinatorSettings,
+                 registry: CollectorRegistry | None) -> DirectLane | None:
     if not settings.direct_endpoints:
         return None
     token = settings.direct_token.get_secret_value() if settings.direct_token else ""
     lane = DirectLane(store, settings.direct_endpoints, prefix=settings.topic_prefix,
-                      token=token, timeout=settings.direct_timeout.total_seconds())
+                      token=token, timeout=settings.direct_timeout.total_seconds(),
+                      registry=registry)
     lane.start()
     return lane
 

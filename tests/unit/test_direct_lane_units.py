@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from coordinator.runtime import direct_lane as direct_lane_module
 from coordinator.runtime.direct_lane import DIRECT_SOURCE, DirectLane
@@ -241,9 +242,10 @@ def apply(monkeypatch: pytest.MonkeyPatch) -> _Apply:
     return fake
 
 
-def _lane(client: _Client, *, start: bool = True) -> DirectLane:
+def _lane(client: _Client, *, start: bool = True,
+          registry: CollectorRegistry | None = None) -> DirectLane:
     lane = DirectLane(object(), {"payments": "127.0.0.1:7001"},  # type: ignore[arg-type]
-                      prefix="sagaflow")
+                      prefix="sagaflow", registry=registry)
     assert set(lane._clients) == {PAYMENTS}
     lane._clients[PAYMENTS] = client  # type: ignore[assignment]
     if start:
@@ -324,6 +326,25 @@ async def test_answers_without_a_reply_are_not_applied(
         assert apply.batches == [] and (lane.applied, lane.batches) == (0, 0)
     finally:
         await lane.stop()
+
+
+async def test_the_lane_counts_each_outcome_per_participant(apply: _Apply) -> None:
+    registry = CollectorRegistry()
+    lane = _lane(_Client({b"gone": None, b"busy": DirectAnswer(Kind.REDELIVER),
+                          b"poison": DirectAnswer(Kind.NO_REPLY)}), registry=registry)
+    try:
+        for value in (b"ok1", b"ok2", b"gone", b"busy", b"poison"):
+            await asyncio.wait_for(lane.deliver(PAYMENTS, b"s", value, []), 2)
+        apply.fail = 1
+        assert not await asyncio.wait_for(lane.deliver(PAYMENTS, b"s", b"ok3", []), 2)
+    finally:
+        await lane.stop()
+
+    def count(outcome: str) -> float | None:
+        return registry.get_sample_value("sagaflow_direct_lane_commands_total",
+                                         {"participant": "payments", "outcome": outcome})
+
+    assert (count("answered"), count("dead_letter"), count("kafka")) == (2, 1, 3)
 
 
 async def test_a_lane_not_started_applies_nothing_and_leaves_the_command_to_kafka(

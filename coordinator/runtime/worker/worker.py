@@ -144,10 +144,11 @@ class Worker:
                     "application_name": f"sagaflow-{self.name}-timer-hints"}),
                 self._on_hint, name=self.name)
             await self._hints.start()
-        self._publishing = await start_command_publishing(self.store, s, name=self.name)
-        self._end_hints = await start_saga_end_hints(self.store, s)
         self.observability = WorkerObservability(self.store, name=self.name,
                                                  live=self._live, ready=self._ready)
+        self._publishing = await start_command_publishing(
+            self.store, s, name=self.name, registry=self.observability.metrics.registry)
+        self._end_hints = await start_saga_end_hints(self.store, s)
         await self.observability.start()
         mappers = await sync_declared(self.store, self.registry, now=datetime.now(UTC))
         self.schedules = ScheduleFirer(
