@@ -38,6 +38,7 @@ from opentelemetry import trace
 
 from outbox_relay.message import LeasedRow
 from outbox_relay.publishing import _PRODUCER_FAULTS, traced_headers
+from participant_sdk.direct import DIRECT_SYSTEM
 from participant_sdk.protocol import HEADER_MESSAGE_ID
 from participant_sdk.startup import started
 
@@ -161,13 +162,13 @@ class DirectPublisher:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _headers(self, row: LeasedRow) -> list[tuple[str, bytes]]:
+    def _headers(self, row: LeasedRow, system: str = "kafka") -> list[tuple[str, bytes]]:
         headers = [(name, value.encode()) for name, value in row.headers.items()]
         headers.append((HEADER_MESSAGE_ID, str(row.message.message_id).encode()))
         if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             headers = traced_headers(self._tracer, row.message.topic, headers,
                                      message_id=row.message.message_id, key=row.message.key,
-                                     shard=row.shard, row_id=row.id)
+                                     shard=row.shard, row_id=row.id, system=system)
         return headers
 
     async def _send_loop(self) -> None:
@@ -216,7 +217,7 @@ class DirectPublisher:
     async def _deliver(self, row: LeasedRow) -> None:
         """Hand ``row`` to the lane; what the lane did not finish goes to Kafka."""
         assert self._lane is not None
-        headers = self._headers(row)
+        headers = self._headers(row, DIRECT_SYSTEM)
         try:
             done = await self._lane.deliver(row.message.topic, row.message.key.encode(),
                                             row.message.payload, headers)

@@ -80,11 +80,12 @@ def producer_config(settings: RelaySettings) -> dict[str, Any]:
 
 def traced_headers(
     tracer: trace.Tracer, topic: str, headers: list[tuple[str, bytes]], *,
-    message_id: Any, key: str, shard: int, row_id: int,
+    message_id: Any, key: str, shard: int, row_id: int, system: str = "kafka",
 ) -> list[tuple[str, bytes]]:
     """``headers`` with the trace context of a new PRODUCER span ``send <topic>`` that
     continues the stored one (their ``traceparent``): how a relay or a writer that publishes
-    its own rows continues the saga's trace. Call it only when tracing is configured."""
+    its own rows continues the saga's trace. Call it only when tracing is configured.
+    ``system``: ``sagaflow.direct`` for a row handed to the direct lane."""
     carrier = {k: v.decode() for k, v in headers if k in ("traceparent", "tracestate")}
     parent = propagate.extract(carrier)
     with tracer.start_as_current_span(
@@ -92,7 +93,7 @@ def traced_headers(
         context=parent,
         kind=trace.SpanKind.PRODUCER,
         attributes={
-            "messaging.system": "kafka",
+            "messaging.system": system,
             "messaging.operation.type": "send",
             "messaging.operation.name": "send",
             "messaging.destination.name": topic,

@@ -88,10 +88,11 @@ class CommandProcessor:
         self.metrics = metrics
         self.after_commit = after_commit
 
-    async def process(self, record: KafkaRecord, command: CommandEnvelope | None = None
-                      ) -> OutgoingReply | None:
+    async def process(self, record: KafkaRecord, command: CommandEnvelope | None = None, *,
+                      via: str = "kafka") -> OutgoingReply | None:
         """The reply to publish for ``record`` (``command``: the record already decoded, by
-        the loop choosing its lane), or None when it became a dead letter.
+        the loop choosing its lane; ``via``: how it came, for its span), or None when it
+        became a dead letter.
 
         Raises only for database trouble (nothing was committed then, or the barrier makes a
         redelivery answer the same).
@@ -112,6 +113,7 @@ class CommandProcessor:
             partition=record.partition,
             offset=record.offset,
             group=self.group_id,
+            system=via,
         ) as span:
             execution = await execute(
                 command,

@@ -31,8 +31,10 @@ from enum import IntEnum
 from typing import Final, Protocol
 
 from participant_sdk.records import InboundRecord
+from participant_sdk.startup_errors import SettingsError
 
 __all__ = [
+    "DIRECT_SYSTEM",
     "DirectAnswer",
     "DirectClient",
     "DirectServer",
@@ -45,6 +47,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: ``messaging.system`` of the spans of a command handed over on the lane.
+DIRECT_SYSTEM: Final = "sagaflow.direct"
 #: Largest frame either side accepts (a command or reply is a few kilobytes).
 MAX_FRAME: Final = 16 * 1024 * 1024
 _LEN = struct.Struct(">I")
@@ -196,6 +200,7 @@ class DirectServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._jobs: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         #: Commands answered on the lane, and connections refused for their token.
         self.answered = 0
         self.refused = 0
@@ -206,7 +211,12 @@ class DirectServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        try:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        except OSError as exc:  # a setting to change, not a service to wait for
+            raise SettingsError(
+                f"cannot serve the direct lane on {self._host}:{self._port}: "
+                f"{exc.strerror or exc} (set SAGAFLOW_PARTICIPANT_DIRECT_LISTEN)") from exc
         log.info("%s: direct lane on %s:%d", self._name, self._host, self.port)
 
     async def stop(self, grace: float = 0.5) -> None:
@@ -218,15 +228,18 @@ class DirectServer:
         server.close()
         if self._jobs:
             await asyncio.wait(list(self._jobs), timeout=grace)
-        tasks = [*self._connections, *self._jobs]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for job in list(self._jobs):
+            job.cancel()
+        for writer in list(self._writers):
+            writer.close()  # its connection's read ends, and the connection with it
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=grace)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._writers.add(writer)
         running: set[asyncio.Task[None]] = set()
         try:
             hello = await read_frame(reader)
@@ -250,13 +263,13 @@ class DirectServer:
             if running:
                 await asyncio.wait(running)
         except (FrameError, ConnectionError) as exc:
-            log.warning("%s: direct lane connection dropped: %s", self._name, exc)
+            if self._server is not None:
+                log.warning("%s: direct lane connection dropped: %s", self._name, exc)
         finally:
             for job in running:
                 job.cancel()
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            self._writers.discard(writer)
             self._connections.discard(task)
 
     async def _run(self, frame: Frame, writer: asyncio.StreamWriter) -> None:

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from participant_sdk.barrier import install_barrier
 from participant_sdk.commands import CommandProcessor, OutgoingReply
 from participant_sdk.dead_letters import install_dead_letters
-from participant_sdk.direct import DirectServer
+from participant_sdk.direct import DIRECT_SYSTEM, DirectServer
 from participant_sdk.executor import LocalRetry
 from participant_sdk.handlers import Handler, Participant
 from participant_sdk.logging_config import configure_logging
@@ -145,6 +145,11 @@ class ParticipantRunner:
             after_commit=self._crash_hook,
             persist=_persist,
         )
+        if s.direct_listen:  # before Kafka: the lane serves even while Kafka is away
+            token = s.direct_token.get_secret_value() if s.direct_token else ""
+            self._direct = DirectServer(self._answer_direct, s.direct_listen, token=token,
+                                        name=f"participant {self.name}")
+            await self._direct.start()
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.kafka_bootstrap,
             enable_idempotence=True,
@@ -173,11 +178,6 @@ class ParticipantRunner:
         ]
         self._tasks.append(asyncio.create_task(self._commit_loop(), name=f"{self.name}-commit"))
         self._fetcher = asyncio.create_task(self._fetch_loop(), name=f"{self.name}-fetch")
-        if s.direct_listen:
-            token = s.direct_token.get_secret_value() if s.direct_token else ""
-            self._direct = DirectServer(self._answer_direct, s.direct_listen, token=token,
-                                        name=f"participant {self.name}")
-            await self._direct.start()
         log.info("participant %s consuming %s as group %s", self.name, self.topic, self.group_id)
 
     def _live(self) -> str | None:
@@ -367,7 +367,7 @@ class ParticipantRunner:
         lane = lane_of(record.key, command.step if command is not None else None,
                        len(self._direct_lanes), self.settings.saga_lanes)
         async with self._direct_lanes[lane]:
-            return await self._processor.process(record, command)
+            return await self._processor.process(record, command, via=DIRECT_SYSTEM)
 
     async def _send_reply(self, reply: OutgoingReply) -> None:
         async def send() -> None:

@@ -57,8 +57,10 @@ def consumer_span(
     partition: int,
     offset: int,
     group: str,
+    system: str = "kafka",
 ) -> Iterator[Span]:
-    """A CONSUMER span that continues the trace from the command's ``traceparent`` header.
+    """A CONSUMER span that continues the trace from the command's ``traceparent`` header
+    (``system``: ``sagaflow.direct`` for a command that came on the direct lane).
 
     Log records inside the block carry the command's saga id.
     """
@@ -84,7 +86,7 @@ def consumer_span(
         context=parent,
         kind=SpanKind.CONSUMER,
         attributes={
-            "messaging.system": "kafka",
+            "messaging.system": system,
             "messaging.operation.type": "process",
             "messaging.operation.name": "process",
             "messaging.destination.name": topic,

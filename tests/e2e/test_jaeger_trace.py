@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,34 @@ def _complete(prefix: str) -> Any:
     return ready
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _lane_env(lane: str) -> dict[str, dict[str, str]]:
+    """With the direct lane: each service serves one, the coordinator hands commands to it."""
+    if lane == "kafka":
+        return {}
+    addresses = {s: f"127.0.0.1:{_free_port()}" for s in SERVICES}
+    env = {s: {"SAGAFLOW_PARTICIPANT_DIRECT_LISTEN": a} for s, a in addresses.items()}
+    env["coordinator"] = {"SAGAFLOW_DIRECT_ENDPOINTS": ",".join(
+        f"{s}={a}" for s, a in addresses.items())}
+    return env
+
+
+async def _lanes_open(logs: Path) -> None:
+    async with asyncio.timeout(30):
+        for service in SERVICES:
+            while "direct lane on" not in (logs / f"{service}.log").read_text(  # noqa: ASYNC110
+                    errors="replace"):
+                await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("lane", ["kafka", "direct"])
 async def test_a_compensating_saga_is_one_trace_across_every_process(
-    pg_url: str, kafka_bootstrap: str, jaeger_otlp: str, jaeger_query: str
+    pg_url: str, kafka_bootstrap: str, jaeger_otlp: str, jaeger_query: str, lane: str
 ) -> None:
     prefix = f"jt{uuid.uuid4().hex[:8]}"
     names = {"coordinator": f"{prefix}_coord", **{s: f"{prefix}_{s}" for s in SERVICES}}
@@ -103,6 +130,7 @@ async def test_a_compensating_saga_is_one_trace_across_every_process(
     commands = stack_commands(
         coordinator_dsn=dsns["coordinator"], service_dsns={s: dsns[s] for s in SERVICES},
         kafka=kafka_bootstrap, topic_prefix=prefix, env=telemetry,
+        per_process_env=_lane_env(lane),
     )
     provider = TracerProvider(resource=Resource.create({"service.name": CLIENT}))
     provider.add_span_processor(SimpleSpanProcessor(
@@ -111,6 +139,8 @@ async def test_a_compensating_saga_is_one_trace_across_every_process(
     registry = build_registry([SAGA], topic_prefix=prefix)
     try:
         with processes(commands, LOGS / "e2e-jaeger", quiet=True):
+            if lane == "direct":  # the saga's second command must find the lanes open
+                await _lanes_open(LOGS / "e2e-jaeger")
             async with await SagaStore.open(dsns["coordinator"], registry, max_size=2) as store:
                 with tracer.start_as_current_span("place order") as root:
                     started = await store.start_saga("order", ORDER, actor="e2e")
@@ -158,7 +188,12 @@ async def test_a_compensating_saga_is_one_trace_across_every_process(
     assert tags.get("error") is True and tags["saga.outcome"] == "rejected"
     assert tags["saga.id"] == str(saga_id) and tags["saga.step"] == "create_shipment"
     assert tags["saga.phase"] == "action" and tags["saga.attempt"] == 1
-    assert tags["messaging.system"] == "kafka"
+    # The first command goes over Kafka (the relay sends it); with the lane, every later one
+    # over the lane.
+    assert tags["messaging.system"] == ("kafka" if lane == "kafka" else "sagaflow.direct")
+    first = [s for sid, s in spans.items() if service[sid] == "payments"
+             and _tags(s).get("saga.phase") == "try"]
+    assert [_tags(s)["messaging.system"] for s in first] == ["kafka"]
     assert any(log_["fields"] and any(f["key"] == "event" and f["value"] == "exception"
                                       for f in log_["fields"])
                for log_ in spans[rejected[0]].get("logs", []))

@@ -32,6 +32,7 @@ from participant_sdk.direct import (
     read_frame,
 )
 from participant_sdk.records import InboundRecord
+from participant_sdk.startup_errors import SettingsError
 
 _U32 = struct.Struct(">I")
 
@@ -285,7 +286,7 @@ async def _started(answer: Answer, token: str = "", port: int = 0,
             serve(server)
         try:
             await server.start()
-        except OSError:
+        except SettingsError:
             if port:
                 raise
             continue  # taken meanwhile by another process: another free port
@@ -317,6 +318,18 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def test_a_taken_port_is_one_clear_settings_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = DirectServer(_echo, f"127.0.0.1:{port}", name="test")
+        with pytest.raises(SettingsError, match=(
+                rf"cannot serve the direct lane on 127.0.0.1:{port}: .*address already in use"
+                r".*SAGAFLOW_PARTICIPANT_DIRECT_LISTEN")):
+            await server.start()
 
 
 async def test_a_reply_comes_back_with_its_record() -> None:
