@@ -211,6 +211,8 @@ class Stack:
 
     async def _setup(self) -> None:
         self.prefix = f"bench{self.run_id}"
+        if self.direct:
+            self.direct_endpoints = {p: f"127.0.0.1:{_free_port()}" for p in self.participants}
         admin = await asyncpg.connect(self.admin_dsn)
         try:
             for name in self.databases.values():
@@ -243,7 +245,6 @@ class Stack:
         common = {"SAGAFLOW_KAFKA_BOOTSTRAP": self.kafka, "SAGAFLOW_TOPIC_PREFIX": self.prefix,
                   "SAGAFLOW_LOG_LEVEL": "WARNING"}
         if self.direct:
-            self.direct_endpoints = {p: f"127.0.0.1:{_free_port()}" for p in self.participants}
             common["SAGAFLOW_DIRECT_ENDPOINTS"] = ",".join(
                 f"{p}={a}" for p, a in self.direct_endpoints.items())
         out: list[tuple[str, list[str], dict[str, str]]] = []

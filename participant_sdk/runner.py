@@ -113,7 +113,7 @@ class ParticipantRunner:
         self._consumer: Any = None
         self._producer: Any = None
         self._direct: DirectServer | None = None
-        self._direct_lanes = [asyncio.Lock() for _ in range(settings.lanes)]
+        self._direct_lanes: list[asyncio.Lock] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -147,6 +147,7 @@ class ParticipantRunner:
         )
         if s.direct_listen:  # before Kafka: the lane serves even while Kafka is away
             token = s.direct_token.get_secret_value() if s.direct_token else ""
+            self._direct_lanes = [asyncio.Lock() for _ in range(s.lanes)]
             self._direct = DirectServer(self._answer_direct, s.direct_listen, token=token,
                                         name=f"participant {self.name}")
             await self._direct.start()

@@ -11,7 +11,6 @@ effects applied once, outbox empty (the audit of every chaos scenario).
 from __future__ import annotations
 
 import asyncio
-import signal
 import socket
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from participant_sdk.barrier import BARRIER_TABLE
 from participant_sdk.protocol import command_topic
 from tests.chaos.conftest import MakeStack
 from tests.chaos.support import patient_sagas
+from tests.chaos.support.crashes import FLAG, supervise
 from tests.chaos.support.driver import plan_orders, start_orders, wait_settled
 from tests.chaos.support.scenario import finish
 from tests.chaos.support.stack import PARTITIONS, SERVICES, ChaosStack, fetch
@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(150)]
 
 SEED = 9117
 TOKEN = "lane-token-for-the-chaos-test"
-FLAG = "SAGAFLOW_PARTICIPANT_CRASH_AFTER_COMMIT_FLAG"
 
 
 def _free_port() -> int:
@@ -68,22 +67,6 @@ async def _commands_handled(stack: ChaosStack) -> int:
                 for s in SERVICES])
 
 
-async def _supervise(stack: ChaosStack, service: str, flags: Path, crashes: list[str]) -> None:
-    """Keep ``service`` running; its first life after the quiet phase dies once after a commit."""
-    lives = 0
-    while True:
-        proc = stack.procs[service]
-        if not proc.alive:
-            assert proc.popen is not None
-            assert proc.popen.returncode == -signal.SIGKILL, stack.log_tail(service)
-            crashes.append(service)
-            flag = flags / f"{service}-{lives}"
-            flag.touch()  # the restarted life keeps running
-            stack.start(service, **{FLAG: str(flag)})
-            lives += 1
-        await asyncio.sleep(0.05)
-
-
 async def test_the_lane_carries_commands_and_kafka_carries_what_it_could_not(
     make_stack: MakeStack, tmp_path: Path
 ) -> None:
@@ -110,10 +93,9 @@ async def test_the_lane_carries_commands_and_kafka_carries_what_it_could_not(
     # coordinator is SIGKILLed twice mid-saga.
     crashes: list[str] = []
     for service in SERVICES:
-        stack.kill(service)
-        stack.procs[service].kills -= 1  # restarted below as a crash-armed life, not a fault
+        stack.kill(service)  # restarted once more armed, then kept running unarmed
         stack.start(service, **{FLAG: str(tmp_path / f"{service}-armed")})
-    supervisors = [asyncio.create_task(_supervise(stack, s, tmp_path, crashes))
+    supervisors = [asyncio.create_task(supervise(stack, s, tmp_path, crashes, armed=0))
                    for s in SERVICES]
     orders = plan_orders(SEED + 1, 40)
     try:
@@ -140,5 +122,6 @@ async def test_the_lane_carries_commands_and_kafka_carries_what_it_could_not(
             task.cancel()
         await asyncio.gather(*supervisors, return_exceptions=True)
     assert len(result.violations) == 0, result.violations
-    # The lane's misses went to Kafka: more commands there than the sagas' first ones.
-    assert await _commands_on_kafka(stack) > len(quiet) + len(orders)
+    # The faults made the lane miss, and the misses went over Kafka (its warning, in the
+    # coordinator's log across its lives).
+    assert "over Kafka" in stack.procs["coordinator-1"].log.read_text(errors="replace")

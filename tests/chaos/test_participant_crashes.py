@@ -9,39 +9,21 @@ The redelivered command must be answered from the barrier: the effect is applied
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.chaos.conftest import MakeStack
+from tests.chaos.support.crashes import supervise
 from tests.chaos.support.driver import plan_orders, start_orders
 from tests.chaos.support.scenario import finish
-from tests.chaos.support.stack import SERVICES, ChaosStack
+from tests.chaos.support.stack import SERVICES
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(150)]
 
 SEED = 9103
 LIVES = 2
-FLAG = "SAGAFLOW_PARTICIPANT_CRASH_AFTER_COMMIT_FLAG"
-
-
-async def _supervise(stack: ChaosStack, service: str, flags: Path, crashes: list[str]) -> None:
-    """Keep ``service`` running; its first LIVES lives each arm the crash hook once."""
-    lives = 0
-    while True:
-        proc = stack.procs[service]
-        if not proc.alive:
-            if proc.popen is not None:
-                assert proc.popen.returncode == -signal.SIGKILL, stack.log_tail(service)
-                crashes.append(service)
-            flag = flags / f"{service}-{lives}"
-            if lives >= LIVES:
-                flag.touch()  # an existing flag disables the hook
-            stack.start(service, **{FLAG: str(flag)})
-            lives += 1
-        await asyncio.sleep(0.05)
 
 
 async def test_participants_crash_after_commit_before_reply(
@@ -55,7 +37,7 @@ async def test_participants_crash_after_commit_before_reply(
     for service in SERVICES:
         stack.participant(service)
     crashes: list[str] = []
-    supervisors = [asyncio.create_task(_supervise(stack, s, tmp_path, crashes))
+    supervisors = [asyncio.create_task(supervise(stack, s, tmp_path, crashes, armed=LIVES))
                    for s in SERVICES]
     orders = plan_orders(SEED, 60)
     try:
