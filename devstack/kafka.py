@@ -229,6 +229,32 @@ async def _roundtrip(bootstrap: str) -> bool:
         await consumer.stop()
 
 
+async def topic_names(bootstrap: str) -> set[str]:
+    """The broker's topics, internal ones left out."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return {name for name in await admin.list_topics() if not name.startswith("__")}
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, names: set[str], *, chunk: int = 200) -> None:
+    """Delete ``names`` (in chunks: one request per ``chunk`` topics); absent ones are fine."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
+    await admin.start()
+    try:
+        ordered = sorted(names)
+        for start in range(0, len(ordered), chunk):
+            await admin.delete_topics(ordered[start:start + chunk], timeout_ms=60_000)
+    finally:
+        await admin.close()
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion, on a helper thread when this thread already runs a loop."""
     try:

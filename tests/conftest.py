@@ -7,7 +7,9 @@ cannot be had fails the run instead of skipping it.
 
 from __future__ import annotations
 
+import os
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,6 +17,7 @@ import asyncpg
 import pytest
 
 from devstack.acquire import Endpoints, acquire_services
+from devstack.kafka import delete_topics, run_sync, topic_names
 from outbox_relay import install
 
 
@@ -31,8 +34,21 @@ def pg_url(services: Endpoints) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(services: Endpoints) -> str:
-    return services.kafka_bootstrap()
+def kafka_bootstrap(services: Endpoints) -> Iterator[str]:
+    """The broker; the topics the run creates are deleted at its end (each test has its own
+    prefix, so a few thousand pile up a run, and a broker holding tens of thousands of
+    partitions takes minutes to start). ``SAGAFLOW_TEST_KEEP_TOPICS=1`` keeps them."""
+    bootstrap = services.kafka_bootstrap()
+    before = run_sync(topic_names(bootstrap))
+    yield bootstrap
+    if os.environ.get("SAGAFLOW_TEST_KEEP_TOPICS"):
+        return
+    created = run_sync(topic_names(bootstrap)) - before
+    try:
+        run_sync(delete_topics(bootstrap, created))
+    except Exception as exc:  # the run's result stands; the topics are only clutter
+        warnings.warn(f"deleting the run's {len(created)} Kafka topics failed: {exc!r}",
+                      stacklevel=1)
 
 
 @pytest.fixture(scope="session")
