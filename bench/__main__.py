@@ -9,7 +9,6 @@ harness, never the speed). See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import os
@@ -24,6 +23,7 @@ from bench.peers import run as run_peers
 from bench.report import render_table
 from bench.runner import BenchConfig, run_bench
 from bench.stack import RESULTS
+from participant_sdk.event_loop import run as run_on_event_loop
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="latency phase: idle window (no sagas), seconds")
     p.add_argument("--variant", action="append", default=[], metavar="NAME[:K=V,...]",
                    help="latency phase: one stack per variant, in order; keys: repo=PATH "
-                        "(run that checkout's stack code), uvloop=1, direct=1 (the direct lane), "
+                        "(run that checkout's stack code), uvloop=0|1 (the processes' event "
+                        "loop: asyncio's or uvloop; default: uvloop when installed), "
+                        "direct=1 (the direct lane), "
                         "driver_publishes=0 "
                         "(each saga's first command through a relay), pg_socket_dir=PATH "
                         "(Postgres through its Unix-domain socket in PATH, not TCP), "
@@ -91,8 +93,10 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
             raise SystemExit(f"--variant {text!r}: {item!r} is not KEY=VALUE")
         if key == "repo":
             options["repo"] = Path(value).resolve()
-        elif key in ("uvloop", "driver_publishes", "direct"):
+        elif key in ("driver_publishes", "direct"):
             options[key] = value not in ("0", "false", "")
+        elif key == "uvloop":  # the processes' event loop (participant_sdk.event_loop)
+            env["SAGAFLOW_EVENT_LOOP"] = "asyncio" if value in ("0", "false", "") else "uvloop"
         elif key == "pg_socket_dir":
             options[key] = str(Path(value).resolve())
         elif key.startswith("SAGAFLOW_"):
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform()},
         "config": config.as_json(),
     }
-    results.update(asyncio.run(run_bench(config)))
+    results.update(run_on_event_loop(run_bench(config)))
     print(render_table(results))
     out = args.output or RESULTS / f"{args.name}-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

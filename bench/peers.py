@@ -34,6 +34,7 @@ from bench.peer_report import (
     sagaflow_figures,
 )
 from bench.stack import REPO, RESULTS
+from participant_sdk.event_loop import run as run_on_event_loop
 
 KIND_SAGAS = {"tcc": ("bench_tcc3", 3), "saga": ("bench_steps3", 3)}
 PEER_TIMEOUT_S = 900.0
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         "peers": peers, "peers_dir": str(folder),
     }
     try:
-        results.update(asyncio.run(run_side_by_side(args, folder, peers)))
+        results.update(run_on_event_loop(run_side_by_side(args, folder, peers)))
     finally:
         if args.stop_peers:
             asyncio.run(_stop_peers(folder, peers))

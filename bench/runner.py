@@ -50,7 +50,7 @@ class BenchConfig:
     profile: bool = False
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     #: Stacks the latency phase runs, one after the other: name -> Stack keyword arguments
-    #: (``repo``, ``env``, ``uvloop``). Default: this checkout as it is.
+    #: (``repo``, ``env``, ``direct``, ...). Default: this checkout as it is.
     variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"this": {}})
 
     def as_json(self) -> dict[str, Any]:

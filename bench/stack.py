@@ -165,8 +165,6 @@ class Stack:
     repo: Path = REPO
     #: Extra environment for every process of the stack (settings A/B).
     env: dict[str, str] = field(default_factory=dict)
-    #: Run every process under uvloop (``bench.uvloop_run``).
-    uvloop: bool = False
     #: Connect the stack's processes and the driver to Postgres through its Unix-domain
     #: socket in this folder instead of loopback TCP (the admin connection stays on TCP).
     pg_socket_dir: str = ""
@@ -277,8 +275,6 @@ class Stack:
         logs = RESULTS / "logs" / f"{self.label}-{self.run_id}"
         logs.mkdir(parents=True, exist_ok=True)
         for name, argv, env in self._commands():
-            if self.uvloop:
-                argv = ["-m", "bench.uvloop_run", *argv[1:]]
             if self.count_kafka:
                 argv = [str(REPO / "bench" / "kafka_requests.py"),
                         str(logs / f"{name}.kafka-requests.json"), *argv[1:]]

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from outbox_relay.relay import Relay
 from outbox_relay.settings import RelaySettings
+from participant_sdk.event_loop import run as run_on_event_loop
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.probes import ProbeServer, tasks_alive
 from participant_sdk.startup import open_with_retry, postgres_answers
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "database holding the outbox, the coordinator's")
         configure_logging("sagaflow-relay")
         configure_telemetry("sagaflow-relay")
-        asyncio.run(run(settings))
+        run_on_event_loop(run(settings))
         return 0
 
     return run_cli(body, prog="sagaflow-relay", postgres_var="SAGAFLOW_RELAY_POSTGRES_DSN",

@@ -29,6 +29,7 @@ from participant_sdk.barrier import install_barrier
 from participant_sdk.commands import CommandProcessor, OutgoingReply
 from participant_sdk.dead_letters import install_dead_letters
 from participant_sdk.direct import DIRECT_SYSTEM, DirectServer
+from participant_sdk.event_loop import run as run_on_event_loop
 from participant_sdk.executor import LocalRetry
 from participant_sdk.handlers import Handler, Participant
 from participant_sdk.logging_config import configure_logging
@@ -433,7 +434,7 @@ def run_participant(
 
     def body() -> int:
         resolved = settings if settings is not None else load_settings(ParticipantSettings)
-        asyncio.run(main(resolved))
+        run_on_event_loop(main(resolved))
         return 0
 
     async def prepare(resolved: ParticipantSettings) -> None:

@@ -168,6 +168,9 @@ _PLAIN = (
     ("SAGAFLOW_LOG_FORMAT", "`plain` or `json`", "`plain`",
      "One JSON object per line (service, saga and trace ids as fields), or readable lines."),
     ("SAGAFLOW_LOG_LEVEL", "text", "`INFO`", "Root log level."),
+    ("SAGAFLOW_EVENT_LOOP", "`auto`, `uvloop` or `asyncio`", "`auto`",
+     "The processes' event loop: `auto` runs uvloop when it is installed (a dependency on "
+     "Linux and macOS), else asyncio's; `uvloop` refuses to start without it."),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "URL", "(unset)",
      "Export traces over OTLP/HTTP here; unset, tracing is off (a no-op)."),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", "text", "`http/protobuf`",

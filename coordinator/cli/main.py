@@ -9,7 +9,6 @@ the ``coordinator`` extra; ``--help`` and ``--version`` work without it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import re
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from coordinator.config.settings import CoordinatorSettings
+from participant_sdk.event_loop import run as run_on_event_loop
 from participant_sdk.logging_config import configure_logging
 from participant_sdk.startup_errors import SettingsError, StartupError, load_settings, run_cli
 from participant_sdk.telemetry import configure as configure_telemetry
@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         try:
             settings = _settings(args)
-            code: int = asyncio.run(args.fn(args, settings))
+            code: int = run_on_event_loop(args.fn(args, settings))
         except Exception as exc:
             error = _user_error(exc)
             if error is None:
