@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,18 +102,17 @@ async def run_peer(folder: Path, peer: str, kind: str, n: int, concurrency: int
     args = [str(folder / peer / "run.sh"), "--n", str(n), "--concurrency", str(concurrency)]
     if peer == "dtm":
         args += ["--mode", kind]
-    proc = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    # On a thread, not the loop's subprocess support: the harness leaves its servers running,
+    # and under uvloop the exit of a child whose descendants live on was not always seen.
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), PEER_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        done = await asyncio.to_thread(subprocess.run, args, capture_output=True,
+                                       timeout=PEER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
         raise SystemExit(f"{peer}: {' '.join(args)} took over {PEER_TIMEOUT_S:g} s") from None
-    if proc.returncode != 0:
-        raise SystemExit(f"{peer}: {' '.join(args)} exited {proc.returncode}: "
-                         f"{err.decode(errors='replace').strip()[-500:]}")
-    return parse_peer_output(peer, out.decode(errors="replace"))
+    if done.returncode != 0:
+        raise SystemExit(f"{peer}: {' '.join(args)} exited {done.returncode}: "
+                         f"{done.stderr.decode(errors='replace').strip()[-500:]}")
+    return parse_peer_output(peer, done.stdout.decode(errors="replace"))
 
 
 def plan(peers: list[str], ours: Sequence[str] = ("sagaflow",)
@@ -177,10 +177,9 @@ async def run_side_by_side(args: argparse.Namespace, folder: Path, peers: list[s
 
 async def _stop_peers(folder: Path, peers: list[str]) -> None:
     for peer in peers:
-        proc = await asyncio.create_subprocess_exec(
-            str(folder / peer / "run.sh"), "stop", stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL)
-        await proc.wait()
+        await asyncio.to_thread(subprocess.run, [str(folder / peer / "run.sh"), "stop"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                timeout=PEER_TIMEOUT_S)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
