@@ -17,20 +17,22 @@ from outbox_relay.message import LeasedRow, OutboxMessage
 
 
 class _Conn:
-    def __init__(self, deleted: list[int]) -> None:
-        self.deleted = deleted
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
 
     async def execute(self, _sql: str, _shards: list[int], ids: list[int]) -> None:
-        self.deleted.extend(ids)
+        self.pool.deleted.extend(ids)
+        self.pool.statements += 1
 
 
 class _Pool:
     def __init__(self) -> None:
         self.deleted: list[int] = []
+        self.statements = 0
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[_Conn]:
-        yield _Conn(self.deleted)
+        yield _Conn(self)
 
 
 class _Producer:
@@ -109,5 +111,23 @@ async def test_a_broken_producer_is_replaced_and_kafka_away_leaves_rows_to_the_r
         await asyncio.wait_for(publisher.flush(), 1)
         assert (publisher.sent, pool.deleted) == (1, [3])
         assert len(made) == 3 and [k for k, _, _ in made[2].sent] == ["a"]
+    finally:
+        await publisher.stop()
+
+
+async def test_acknowledgements_within_the_window_are_deleted_in_one_statement() -> None:
+    pool, producer = _Pool(), _Producer()
+    publisher = DirectPublisher(pool, lambda: producer, lease=timedelta(seconds=2),  # type: ignore[arg-type,return-value]
+                                delete_window=timedelta(milliseconds=100))
+    await publisher.start()
+    try:
+        for row_id in range(1, 6):  # five commits, each publishing its row, 10 ms apart
+            publisher.publish([_row(row_id, f"k{row_id}")])
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(publisher.flush(), 1)
+        assert (sorted(pool.deleted), pool.statements) == ([1, 2, 3, 4, 5], 1)
+        publisher.publish([_row(6, "k6")])  # a later one: its own statement
+        await asyncio.wait_for(publisher.flush(), 1)
+        assert (pool.deleted[-1], pool.statements) == (6, 2)
     finally:
         await publisher.stop()
