@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.stack import REPO, _free_port
+from bench.stack import REPO, _free_port, delete_prefixed_topics
 from participant_sdk.direct import DirectClient
 from participant_sdk.protocol import CommandEnvelope, Phase, command_topic
 
@@ -95,6 +95,7 @@ async def measure(postgres: str, kafka: str, loop: str, sagas: int, inflight: in
         await client.close()
         proc.terminate()
         proc.wait()
+        await delete_prefixed_topics(kafka, prefix)
         admin = await asyncpg.connect(postgres)
         await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         await admin.close()

@@ -39,6 +39,19 @@ _TICK = os.sysconf("SC_CLK_TCK")
 PARTICIPANT_MODULES = ("payments", "inventory", "shipping")
 
 
+async def delete_prefixed_topics(bootstrap: str, prefix: str) -> None:
+    """Delete the topics named ``{prefix}.*`` (those the stack made, and those its processes
+    created on first use, such as the signals topic)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = [t for t in await admin.list_topics() if t.startswith(f"{prefix}.")]
+        if names:
+            await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -324,12 +337,7 @@ class Stack:
                 finally:
                     await admin.close()
             with contextlib.suppress(Exception):
-                kafka_admin = AIOKafkaAdminClient(bootstrap_servers=self.kafka)
-                await kafka_admin.start()
-                try:
-                    await kafka_admin.delete_topics(self.topics)
-                finally:
-                    await kafka_admin.close()
+                await delete_prefixed_topics(self.kafka, self.prefix)
 
     # -- observation ---------------------------------------------------------------------
 
