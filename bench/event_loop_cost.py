@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.stack import REPO, _free_port, delete_prefixed_topics
+from bench.stack import REPO, delete_prefixed_topics, free_port
 from participant_sdk.direct import DirectClient
 from participant_sdk.protocol import CommandEnvelope, Phase, command_topic
 
@@ -59,7 +59,7 @@ async def measure(postgres: str, kafka: str, loop: str, sagas: int, inflight: in
     admin = await asyncpg.connect(postgres)
     await admin.execute(f'CREATE DATABASE "{database}"')
     await admin.close()
-    prefix, address = f"lc{uuid.uuid4().hex[:8]}", f"127.0.0.1:{_free_port()}"
+    prefix, address = f"lc{uuid.uuid4().hex[:8]}", f"127.0.0.1:{free_port()}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "SAGAFLOW_EVENT_LOOP": loop,
            "SAGAFLOW_PARTICIPANT_DSN": postgres.rsplit("/", 1)[0] + "/" + database,
            "SAGAFLOW_KAFKA_BOOTSTRAP": kafka, "SAGAFLOW_TOPIC_PREFIX": prefix,

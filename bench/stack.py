@@ -52,7 +52,7 @@ async def delete_prefixed_topics(bootstrap: str, prefix: str) -> None:
         await admin.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -223,7 +223,7 @@ class Stack:
     async def _setup(self) -> None:
         self.prefix = f"bench{self.run_id}"
         if self.direct:
-            self.direct_endpoints = {p: f"127.0.0.1:{_free_port()}" for p in self.participants}
+            self.direct_endpoints = {p: f"127.0.0.1:{free_port()}" for p in self.participants}
         admin = await asyncpg.connect(self.admin_dsn)
         try:
             for name in self.databases.values():
@@ -274,7 +274,7 @@ class Stack:
             out.append(("api", ["-m", "coordinator", "api"],
                         {**common, "SAGAFLOW_DSN": self.coordinator_dsn,
                          "SAGAFLOW_SAGAS": ",".join(self.sagas),
-                         "SAGAFLOW_API_PORT": str(_free_port()),
+                         "SAGAFLOW_API_PORT": str(free_port()),
                          "SAGAFLOW_API_TOKENS": f"bench:operator:{uuid.uuid4().hex}"}))
         for p in self.participants:
             extra = ({"SAGAFLOW_PARTICIPANT_DIRECT_LISTEN": self.direct_endpoints[p]}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from coordinator.runtime.worker import build_registry
 from coordinator.store import SagaStore
 from coordinator.ui.trace import fetch_trace
 from examples.stack import SAGA, SERVICES, drop_database, fresh_database, processes, stack_commands
+from tests.chaos.support.services import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -87,17 +87,11 @@ def _complete(prefix: str) -> Any:
     return ready
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _lane_env(lane: str) -> dict[str, dict[str, str]]:
     """With the direct lane: each service serves one, the coordinator hands commands to it."""
     if lane == "kafka":
         return {}
-    addresses = {s: f"127.0.0.1:{_free_port()}" for s in SERVICES}
+    addresses = {s: f"127.0.0.1:{free_port()}" for s in SERVICES}
     env = {s: {"SAGAFLOW_PARTICIPANT_DIRECT_LISTEN": a} for s, a in addresses.items()}
     env["coordinator"] = {"SAGAFLOW_DIRECT_ENDPOINTS": ",".join(
         f"{s}={a}" for s, a in addresses.items())}

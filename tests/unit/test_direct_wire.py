@@ -33,6 +33,7 @@ from participant_sdk.direct import (
 )
 from participant_sdk.records import InboundRecord
 from participant_sdk.startup_errors import SettingsError
+from tests.chaos.support.services import free_port
 
 _U32 = struct.Struct(">I")
 
@@ -280,7 +281,7 @@ async def _started(answer: Answer, token: str = "", port: int = 0,
                    serve: Callable[[DirectServer], None] | None = None) -> DirectServer:
     """A started server on ``port``, or on a free port (parse_address refuses port 0)."""
     for _ in range(5):
-        server = DirectServer(answer, f"127.0.0.1:{port or _free_port()}", token=token,
+        server = DirectServer(answer, f"127.0.0.1:{port or free_port()}", token=token,
                               name="test")
         if serve is not None:
             serve(server)
@@ -312,12 +313,6 @@ async def _client(port: int, token: str = "", wait: float = 2.0,
         yield client
     finally:
         await client.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_a_taken_port_is_one_clear_settings_error() -> None:
@@ -456,7 +451,7 @@ async def test_the_server_stopping_mid_call_gives_none_not_a_hang() -> None:
 
 
 async def test_after_a_failed_connect_the_lane_rests_for_retry_after() -> None:
-    port = _free_port()
+    port = free_port()
     async with _client(port, retry_after=0.5) as client:
         loop = asyncio.get_running_loop()
         failed_at = loop.time()
